@@ -1,0 +1,18 @@
+"""Callbacks: ``Callback`` and the built-in ones."""
+
+from fulmen.callbacks.callback import Callback
+from fulmen.callbacks.early_stopping import EarlyStopping
+from fulmen.callbacks.lr_monitor import LearningRateMonitor
+from fulmen.callbacks.model_summary import ModelSummary
+from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
+from fulmen.callbacks.timer import Timer
+
+__all__ = [
+    "Callback",
+    "EarlyStopping",
+    "LearningRateMonitor",
+    "ModelSummary",
+    "ProgressBar",
+    "TQDMProgressBar",
+    "Timer",
+]

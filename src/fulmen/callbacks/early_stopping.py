@@ -1,0 +1,149 @@
+"""``EarlyStopping``: stop training when a monitored metric stops improving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fulmen.callbacks.callback import Callback
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+
+_MODES = {"min": (torch.lt, "<"), "max": (torch.gt, ">")}
+
+
+class EarlyStopping(Callback):
+    """Sets ``trainer.should_stop`` after ``patience`` checks without an improvement of ``min_delta``.
+
+    The check runs at the end of the training epoch (after that epoch's validation) when validation runs
+    once per epoch, and after each validation run otherwise (``check_on_train_epoch_end`` overrides).
+    ``min_epochs`` / ``min_steps`` of the Trainer still hold: a stop before them is deferred.
+    """
+
+    _is_monitoring_callback = True
+
+    def __init__(
+        self,
+        monitor: str,
+        min_delta: float = 0.0,
+        patience: int = 3,
+        verbose: bool = False,
+        mode: str = "min",
+        strict: bool = True,
+        check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        check_on_train_epoch_end: bool | None = None,
+        log_rank_zero_only: bool = False,
+    ) -> None:
+        super().__init__()
+        if mode not in _MODES:
+            raise MisconfigurationException(f"EarlyStopping(mode={mode!r}) is not supported. Use 'min' or 'max'.")
+        if not isinstance(patience, int) or patience < 0:
+            raise MisconfigurationException(f"EarlyStopping(patience={patience!r}) must be an int >= 0.")
+        self.monitor = monitor
+        self.mode = mode
+        self.patience = patience
+        self.verbose = verbose
+        self.strict = strict
+        self.check_finite = check_finite
+        self.stopping_threshold = stopping_threshold
+        self.divergence_threshold = divergence_threshold
+        self.log_rank_zero_only = log_rank_zero_only
+        self._check_on_train_epoch_end = check_on_train_epoch_end
+        self.monitor_op, self._order = _MODES[mode]
+        # improvement means: current beats best by more than |min_delta|, in the mode's direction
+        self.min_delta = abs(min_delta) if mode == "max" else -abs(min_delta)
+        self.wait_count = 0
+        self.stopped_epoch = 0
+        self.best_score = torch.tensor(torch.inf if mode == "min" else -torch.inf)
+        self.stopping_reason: str | None = None
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode)
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self._check_on_train_epoch_end is None:
+            self._check_on_train_epoch_end = trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch == 1
+
+    def _skip(self, trainer: Any) -> bool:
+        return trainer.state.fn is None or trainer.state.fn.value != "fit" or trainer.sanity_checking
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._check_on_train_epoch_end and not self._skip(trainer):
+            self._run_check(trainer)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if not self._check_on_train_epoch_end and not self._skip(trainer):
+            self._run_check(trainer)
+
+    def _metric_available(self, metrics: dict[str, Any]) -> bool:
+        if self.monitor in metrics:
+            return True
+        message = (
+            f"EarlyStopping(monitor={self.monitor!r}) found no logged metric of that name. Log it with "
+            f"self.log({self.monitor!r}, value), or monitor one of: {sorted(metrics)}."
+        )
+        if self.strict:
+            raise RuntimeError(message)
+        if self.verbose:
+            rank_zero_warn(message)
+        return False
+
+    def _run_check(self, trainer: Any) -> None:
+        metrics = trainer.callback_metrics
+        if trainer.fast_dev_run or not self._metric_available(metrics):
+            return
+        current = torch.as_tensor(metrics[self.monitor]).detach().squeeze().cpu()  # sync: read once per check
+        should_stop, reason = self._evaluate(current)
+        should_stop = trainer.strategy.reduce_boolean_decision(should_stop, all=False)
+        trainer.should_stop = trainer.should_stop or should_stop
+        if should_stop:
+            self.stopped_epoch = trainer.current_epoch
+            self.stopping_reason = reason
+        if reason and self.verbose:
+            prefix = f"[rank: {trainer.global_rank}] " if trainer.world_size > 1 and not self.log_rank_zero_only else ""
+            rank_zero_info(prefix + reason) if self.log_rank_zero_only else print(prefix + reason)
+
+    def _evaluate(self, current: torch.Tensor) -> tuple[bool, str | None]:
+        best = self.best_score
+        if self.check_finite and not torch.isfinite(current):
+            return True, f"{self.monitor}={current.item()} is not finite (best so far {best.item():.4g}): stopping."
+        if self.stopping_threshold is not None and self.monitor_op(current, self.stopping_threshold):
+            return True, (
+                f"{self.monitor}={current.item():.4g} {self._order} stopping_threshold={self.stopping_threshold}: stopping."
+            )
+        if self.divergence_threshold is not None and self.monitor_op(-current, -self.divergence_threshold):
+            return True, (
+                f"{self.monitor}={current.item():.4g} passed divergence_threshold={self.divergence_threshold}: stopping."
+            )
+        if self.monitor_op(current - self.min_delta, best.to(current.device)):
+            if torch.isfinite(best):
+                reason = f"{self.monitor} improved by {abs(best - current).item():.4g} >= min_delta={abs(self.min_delta)}: new best {current.item():.4g}."
+            else:
+                reason = f"{self.monitor} improved: new best {current.item():.4g}."
+            self.best_score = current
+            self.wait_count = 0
+            return False, reason
+        self.wait_count += 1
+        if self.wait_count >= self.patience:
+            return True, (
+                f"{self.monitor} did not improve in the last {self.wait_count} checks (best {best.item():.4g}): stopping."
+            )
+        return False, None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "wait_count": self.wait_count,
+            "stopped_epoch": self.stopped_epoch,
+            "best_score": self.best_score,
+            "patience": self.patience,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.wait_count = state_dict["wait_count"]
+        self.stopped_epoch = state_dict["stopped_epoch"]
+        self.best_score = state_dict["best_score"]
+        self.patience = state_dict["patience"]

@@ -1,0 +1,26 @@
+"""``ModelSummary``: print the model's layers and parameter counts when fitting starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fulmen.callbacks.callback import Callback
+from fulmen.utilities.model_summary import summarize
+from fulmen.utilities.rank_zero import rank_zero_only
+
+
+class ModelSummary(Callback):
+    def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
+        super().__init__()
+        self._max_depth = max_depth
+        self._kwargs = summarize_kwargs
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if not self._max_depth:
+            return
+        self._print(str(summarize(pl_module, max_depth=self._max_depth, **self._kwargs)))
+
+    @staticmethod
+    @rank_zero_only
+    def _print(text: str) -> None:
+        print(text)

@@ -1,0 +1,69 @@
+"""``LightningDataModule``: the data side of a run (download, split, dataloaders) in one object."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from fulmen.core.hooks import DataHooks
+from fulmen.core.mixins import HyperparametersMixin
+
+if TYPE_CHECKING:
+    from fulmen.trainer.trainer import Trainer
+
+
+class LightningDataModule(DataHooks, HyperparametersMixin):
+    """Implement ``prepare_data``, ``setup(stage)`` and the ``*_dataloader`` methods you need."""
+
+    name: str | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trainer: Trainer | None = None
+
+    @classmethod
+    def from_datasets(
+        cls,
+        train_dataset: Dataset | Iterable[Dataset] | None = None,
+        val_dataset: Dataset | Iterable[Dataset] | None = None,
+        test_dataset: Dataset | Iterable[Dataset] | None = None,
+        predict_dataset: Dataset | Iterable[Dataset] | None = None,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        **datamodule_kwargs: Any,
+    ) -> LightningDataModule:
+        """A data module whose dataloaders wrap the given datasets (shuffled for training only)."""
+
+        def loader(ds: Dataset, shuffle: bool) -> DataLoader:
+            shuffle &= not isinstance(ds, IterableDataset)
+            return DataLoader(ds, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers)
+
+        def many(ds: Any, shuffle: bool) -> Any:
+            if isinstance(ds, dict):
+                return {k: loader(v, shuffle) for k, v in ds.items()}
+            if isinstance(ds, (list, tuple)):
+                return [loader(v, shuffle) for v in ds]
+            return loader(ds, shuffle)
+
+        datamodule = cls(**datamodule_kwargs)
+        if train_dataset is not None:
+            datamodule.train_dataloader = lambda: many(train_dataset, True)  # type: ignore[method-assign]
+        if val_dataset is not None:
+            datamodule.val_dataloader = lambda: many(val_dataset, False)  # type: ignore[method-assign]
+        if test_dataset is not None:
+            datamodule.test_dataloader = lambda: many(test_dataset, False)  # type: ignore[method-assign]
+        if predict_dataset is not None:
+            datamodule.predict_dataloader = lambda: many(predict_dataset, False)  # type: ignore[method-assign]
+        return datamodule
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to store in checkpoints; override together with :meth:`load_state_dict`."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...

@@ -1,0 +1,358 @@
+"""``LightningModule``: a ``torch.nn.Module`` that also says how to train, validate, test and predict."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from fulmen.core.hooks import CheckpointHooks, DataHooks, ModelHooks
+from fulmen.core.mixins import DeviceDtypeModuleMixin, HyperparametersMixin
+from fulmen.core.optimizer import LightningOptimizer
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from fulmen.loggers.logger import Logger
+    from fulmen.trainer.trainer import Trainer
+
+_CLIP_ALGORITHMS = ("norm", "value")
+
+
+class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, DataHooks, CheckpointHooks):
+    """Organise a PyTorch model's training code: steps, optimizers and hooks.
+
+    Subclass it, implement ``training_step`` and ``configure_optimizers`` (plus the other steps you need),
+    and hand it to :class:`fulmen.Trainer`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._trainer: Trainer | None = None
+        self._automatic_optimization = True
+        self._current_fx_name: str | None = None
+        self._param_requires_grad_state: dict[Tensor, bool] = {}
+        self._example_input_array: Any = None
+        self._compiled_from: Any = None
+
+    # -- trainer-facing properties --------------------------------------------------------------------
+    @property
+    def trainer(self) -> Trainer:
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a `Trainer`.")
+        return self._trainer
+
+    @trainer.setter
+    def trainer(self, trainer: Trainer | None) -> None:
+        for module in self.modules():
+            if isinstance(module, LightningModule):
+                module._trainer = trainer
+
+    @property
+    def automatic_optimization(self) -> bool:
+        """False when ``training_step`` steps the optimizers itself (manual optimization)."""
+        return self._automatic_optimization
+
+    @automatic_optimization.setter
+    def automatic_optimization(self, value: bool) -> None:
+        self._automatic_optimization = value
+
+    @property
+    def example_input_array(self) -> Any:
+        return self._example_input_array
+
+    @example_input_array.setter
+    def example_input_array(self, example: Any) -> None:
+        self._example_input_array = example
+
+    @property
+    def current_epoch(self) -> int:
+        return self._trainer.current_epoch if self._trainer is not None else 0
+
+    @property
+    def global_step(self) -> int:
+        return self._trainer.global_step if self._trainer is not None else 0
+
+    @property
+    def global_rank(self) -> int:
+        return self._trainer.global_rank if self._trainer is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        return self._trainer.local_rank if self._trainer is not None else 0
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def logger(self) -> Logger | None:
+        return self._trainer.logger if self._trainer is not None else None
+
+    @property
+    def loggers(self) -> list[Logger]:
+        return self._trainer.loggers if self._trainer is not None else []
+
+    # -- the steps the user implements -----------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return super().forward(*args, **kwargs)
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        rank_zero_warn("`training_step` must be implemented to be used with the fulmen Trainer")
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        rank_zero_warn("`validation_step` must be implemented to be used with the fulmen Trainer")
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        rank_zero_warn("`test_step` must be implemented to be used with the fulmen Trainer")
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Default: ``self(batch)`` (the batch's first element for lists and tuples)."""
+        batch = kwargs.get("batch", args[0] if args else None)
+        return self(batch)
+
+    def configure_optimizers(self) -> Any:
+        rank_zero_warn("`configure_optimizers` must be implemented to be used with the fulmen Trainer")
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this module needs; they replace trainer callbacks of the same type."""
+        return []
+
+    # -- optimizers -------------------------------------------------------------------------------------
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The optimizers from ``configure_optimizers``: one object, or a list when there are several."""
+        trainer = self.trainer
+        opts: list[Any] = (
+            list(trainer.strategy._lightning_optimizers) if use_pl_optimizer else list(trainer.optimizers)
+        )
+        if len(opts) == 1:
+            return opts[0]
+        return opts
+
+    def lr_schedulers(self) -> Any:
+        """The schedulers from ``configure_optimizers``: None, one object, or a list."""
+        configs = self.trainer.lr_scheduler_configs
+        if not configs:
+            return None
+        schedulers = [config.scheduler for config in configs]
+        return schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def manual_backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        """``loss.backward()`` through the precision plugin (scaling) and strategy (DDP sync)."""
+        if self.automatic_optimization:
+            raise MisconfigurationException(
+                "manual_backward() is for manual optimization. Set `self.automatic_optimization = False` "
+                "in your module's __init__, or return the loss from training_step and let the trainer "
+                "call backward."
+            )
+        trainer = self.trainer
+        trainer.strategy.backward(loss, None, *args, **kwargs)
+
+    def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        """Override to customise the backward call; the default is ``loss.backward(*args, **kwargs)``."""
+        loss.backward(*args, **kwargs)
+
+    def toggle_optimizer(self, optimizer: Optimizer | LightningOptimizer) -> None:
+        """Let only ``optimizer``'s parameters require grad; parameters of other optimizers are frozen.
+
+        The previous ``requires_grad`` state is saved so that :meth:`untoggle_optimizer` restores it.
+        """
+        target = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+        own = {id(p) for group in target.param_groups for p in group["params"]}
+        state: dict[Tensor, bool] = {}
+        for opt in self.trainer.optimizers:
+            if opt is target:
+                continue
+            for group in opt.param_groups:
+                for param in group["params"]:
+                    if id(param) in own or param in state:
+                        continue
+                    state[param] = param.requires_grad
+                    param.requires_grad = False
+        self._param_requires_grad_state = state
+
+    def untoggle_optimizer(self, optimizer: Optimizer | LightningOptimizer) -> None:
+        """Restore the ``requires_grad`` flags that :meth:`toggle_optimizer` changed."""
+        for param, requires_grad in self._param_requires_grad_state.items():
+            param.requires_grad = requires_grad
+        self._param_requires_grad_state = {}
+
+    def clip_gradients(
+        self,
+        optimizer: Optimizer | LightningOptimizer,
+        gradient_clip_val: int | float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip ``optimizer``'s gradients: 'norm' (global L2 norm) or 'value' (each element)."""
+        trainer = self.trainer
+        if gradient_clip_val is None:
+            gradient_clip_val = trainer.gradient_clip_val or 0.0
+        if gradient_clip_algorithm is None:
+            gradient_clip_algorithm = trainer.gradient_clip_algorithm or "norm"
+        else:
+            gradient_clip_algorithm = gradient_clip_algorithm.lower()
+        if gradient_clip_algorithm not in _CLIP_ALGORITHMS:
+            raise MisconfigurationException(
+                f"gradient_clip_algorithm={gradient_clip_algorithm!r} is not supported. Use 'norm' or 'value'."
+            )
+        if not isinstance(gradient_clip_val, (int, float)) or gradient_clip_val < 0:
+            raise MisconfigurationException(
+                f"gradient_clip_val={gradient_clip_val!r} must be a number >= 0 (0 disables clipping)."
+            )
+        if gradient_clip_val == 0:
+            return
+        opt = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+        trainer.precision_plugin.clip_gradients(opt, gradient_clip_val, gradient_clip_algorithm)
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: Optimizer,
+        gradient_clip_val: int | float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Called before every optimizer step with the Trainer's clipping settings; override to customise."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: Optimizer | LightningOptimizer,
+        optimizer_closure: Any = None,
+    ) -> None:
+        """Step ``optimizer``; ``optimizer_closure`` runs training_step, zero_grad and backward."""
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Optimizer) -> None:
+        """Clear gradients; called on the first batch of each accumulation window (``set_to_none``)."""
+        optimizer.zero_grad()
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step one scheduler; ``metric`` is the monitored value for ``ReduceLROnPlateau``-like ones."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    # -- logging ----------------------------------------------------------------------------------------
+    def log(
+        self,
+        name: str,
+        value: Any,
+        prog_bar: bool = False,
+        logger: bool | None = None,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: Any = "mean",
+        enable_graph: bool = False,
+        sync_dist: bool = False,
+        sync_dist_group: Any | None = None,
+        add_dataloader_idx: bool = True,
+        batch_size: int | None = None,
+        metric_attribute: str | None = None,
+        rank_zero_only: bool = False,
+    ) -> None:
+        """Record ``value`` under ``name`` for callbacks, loggers and the progress bar.
+
+        In training-batch hooks it defaults to per-step values (``on_step=True, on_epoch=False``); in
+        validation/test and epoch hooks to an epoch aggregate (``reduce_fx``, weighted by ``batch_size``).
+        """
+        trainer = self._trainer
+        if trainer is None:
+            rank_zero_warn(
+                f"self.log({name!r}) was called on a module that is not attached to a Trainer; the value "
+                "is dropped. Log from inside the trainer's hooks."
+            )
+            return
+        results = trainer._results
+        fx = self._current_fx_name
+        if results is None or fx is None:
+            raise MisconfigurationException(
+                f"self.log({name!r}) can only be called from the trainer's step and epoch hooks."
+            )
+        if not isinstance(name, str):
+            raise MisconfigurationException(f"self.log(name={name!r}): the name must be a str.")
+        if logger is None:
+            logger = True
+        results.log(
+            fx, name, value, self._device, prog_bar=prog_bar, logger=logger, on_step=on_step,
+            on_epoch=on_epoch, reduce_fx=reduce_fx, enable_graph=enable_graph, sync_dist=sync_dist,
+            sync_dist_group=sync_dist_group, add_dataloader_idx=add_dataloader_idx, batch_size=batch_size,
+            metric_attribute=metric_attribute, rank_zero_only=rank_zero_only,
+        )  # fmt: skip
+
+    def log_dict(
+        self,
+        dictionary: Mapping[str, Any],
+        prog_bar: bool = False,
+        logger: bool | None = None,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: Any = "mean",
+        enable_graph: bool = False,
+        sync_dist: bool = False,
+        sync_dist_group: Any | None = None,
+        add_dataloader_idx: bool = True,
+        batch_size: int | None = None,
+        rank_zero_only: bool = False,
+    ) -> None:
+        """``self.log`` for every item of ``dictionary`` with the same options."""
+        for name, value in dictionary.items():
+            self.log(
+                name, value, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
+                reduce_fx=reduce_fx, enable_graph=enable_graph, sync_dist=sync_dist,
+                sync_dist_group=sync_dist_group, add_dataloader_idx=add_dataloader_idx,
+                batch_size=batch_size, rank_zero_only=rank_zero_only,
+            )  # fmt: skip
+
+    # -- misc -------------------------------------------------------------------------------------------
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank zero only, without breaking the progress bar."""
+        trainer = self._trainer
+        if trainer is not None and not trainer.is_global_zero:
+            return
+        bar = trainer.progress_bar_callback if trainer is not None else None
+        if bar is not None and hasattr(bar, "print"):
+            bar.print(*args, **kwargs)
+        else:
+            print(*args, **kwargs)
+
+    def freeze(self) -> None:
+        for param in self.parameters():
+            param.requires_grad = False
+        self.eval()
+
+    def unfreeze(self) -> None:
+        for param in self.parameters():
+            param.requires_grad = True
+        self.train()
+
+    @classmethod
+    def _step_takes_dataloader_idx(cls, step_name: str) -> bool:
+        fn = getattr(cls, step_name)
+        params = inspect.signature(fn).parameters
+        return "dataloader_idx" in params or any(p.kind is p.VAR_POSITIONAL for p in params.values())
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_trainer"] = None  # the trainer holds processes/loggers that must not be pickled
+        return state
+
+
+def unwrap_compiled(model: Any) -> LightningModule:
+    """Accept ``torch.compile(module)``: train the original module with its forward compiled.
+
+    Weights, hooks and checkpoints then use the original module (parameter names without ``_orig_mod``).
+    """
+    orig = getattr(model, "_orig_mod", None)
+    if orig is None or not isinstance(orig, LightningModule):
+        return model  # type: ignore[no-any-return]
+    ctx = getattr(model, "dynamo_ctx", None)
+    if ctx is not None and orig._compiled_from is None:
+        orig.forward = ctx(orig.forward)  # type: ignore[method-assign]
+    orig._compiled_from = model
+    return orig

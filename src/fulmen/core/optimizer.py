@@ -1,0 +1,122 @@
+"""``LightningOptimizer``: the user's optimizer, stepped through the trainer's precision and strategy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.optim import Optimizer
+
+if TYPE_CHECKING:
+    from fulmen.strategies.strategy import Strategy
+
+
+def _no_closure() -> None:
+    return None
+
+
+class LightningOptimizer:
+    """Wraps an optimizer so that ``step`` goes through precision (scaling, autocast) and the strategy.
+
+    The wrapper passes ``isinstance(opt, type(user_optimizer))`` (its class is made a subclass of the
+    wrapped optimizer's class), and every attribute not defined here is the wrapped optimizer's.
+    """
+
+    def __init__(self, optimizer: Optimizer) -> None:
+        # Attributes not defined here (param_groups, state, defaults ...) are read from the wrapped optimizer
+        # by __getattr__, so they stay right when it rebinds them (load_state_dict does). The class swap
+        # below makes isinstance(wrapper, type(optimizer)) true.
+        self._optimizer = optimizer
+        self._strategy: Strategy | None = None
+        self._on_before_step: Callable[[], None] = _no_closure
+        self._on_after_step: Callable[[], None] = _no_closure
+        self.__class__ = type("Lightning" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {})
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_optimizer":  # not yet set (unpickling): avoid infinite recursion
+            raise AttributeError(name)
+        return getattr(self._optimizer, name)
+
+    @property
+    def optimizer(self) -> Optimizer:
+        return self._optimizer
+
+    @classmethod
+    def _to_lightning_optimizer(cls, optimizer: Any, strategy: Strategy) -> LightningOptimizer:
+        lightning_optimizer = optimizer if isinstance(optimizer, LightningOptimizer) else cls(optimizer)
+        lightning_optimizer._strategy = strategy
+        return lightning_optimizer
+
+    @contextmanager
+    def toggle_model(self, sync_grad: bool = True) -> Generator[None, None, None]:
+        """Within this block only this optimizer's parameters require grad.
+
+        ``sync_grad=False`` also skips gradient synchronisation across processes (DDP ``no_sync``), which
+        saves communication on batches that only accumulate.
+        """
+        from fulmen.core.module import LightningModule
+
+        strategy = self._strategy
+        model = strategy.lightning_module if strategy is not None else None
+        if not isinstance(model, LightningModule):
+            yield
+            return
+        sync_ctx = strategy.block_backward_sync() if (strategy is not None and not sync_grad) else None
+        model.toggle_optimizer(self)
+        try:
+            if sync_ctx is None:
+                yield
+            else:
+                with sync_ctx:
+                    yield
+        finally:
+            model.untoggle_optimizer(self)
+
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        """Step the wrapped optimizer through the precision plugin.
+
+        ``closure`` (when given) runs forward and backward; optimizers like LBFGS call it several times.
+        """
+        self._on_before_step()
+        if closure is None:
+            closure = _no_closure
+        elif not callable(closure):
+            raise TypeError(f"LightningOptimizer.step(closure={closure!r}): the closure must be callable.")
+        if self._strategy is None:
+            step_output = self._optimizer.step(closure, **kwargs)
+        else:
+            step_output = self._strategy.optimizer_step(self._optimizer, closure, **kwargs)
+        self._on_after_step()
+        return step_output
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._optimizer.load_state_dict(state_dict)
+
+    def __repr__(self) -> str:
+        return f"LightningOptimizer({self._optimizer!r})"
+
+
+class _MockOptimizer(Optimizer):
+    """Stands in when ``configure_optimizers`` returns None: every call is a no-op."""
+
+    def __init__(self) -> None:
+        super().__init__([torch.zeros(1)], {})
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        if closure is not None:
+            return closure()
+        return None
+
+    def zero_grad(self, set_to_none: bool | None = True) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "No Optimizer"

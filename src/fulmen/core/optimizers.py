@@ -1,0 +1,183 @@
+"""Turn whatever ``configure_optimizers`` returns into optimizers and scheduler configs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch.optim import Optimizer
+
+from fulmen.core.optimizer import _MockOptimizer
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_warn
+
+_SCHEDULER_KEYS = {"scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict"}
+_OPTIMIZER_DICT_KEYS = {"optimizer", "lr_scheduler", "frequency", "monitor"}
+_FORMS = (
+    "a single optimizer; a list/tuple of optimizers; two lists ([optimizers], [schedulers]); a dict with "
+    "'optimizer' and optionally 'lr_scheduler' and 'monitor'; a list/tuple of such dicts; or None"
+)
+
+
+@dataclass
+class LRSchedulerConfig:
+    """How and when one learning-rate scheduler is stepped (Lightning's scheduler dict, as an object)."""
+
+    scheduler: Any
+    name: str | None = None
+    interval: str = "epoch"
+    frequency: int = 1
+    reduce_on_plateau: bool = False
+    monitor: str | None = None
+    strict: bool = True
+    opt_idx: int | None = field(default=None, repr=False)
+
+
+def _is_optimizer(obj: Any) -> bool:
+    return isinstance(obj, Optimizer)
+
+
+def _is_plateau(scheduler: Any) -> bool:
+    from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+    return isinstance(scheduler, ReduceLROnPlateau)
+
+
+def parse_configure_optimizers(
+    returned: Any,
+) -> tuple[list[Optimizer], list[LRSchedulerConfig], list[int], str | None]:
+    """Return (optimizers, scheduler configs, per-optimizer frequencies, top-level monitor)."""
+    optimizers: list[Optimizer]
+    schedulers: list[Any] = []
+    frequencies: list[int] = []
+    monitor: str | None = None
+    if returned is None:
+        rank_zero_warn(
+            "`configure_optimizers` returned None: this run has no optimizer and the weights won't change."
+        )
+        return [_MockOptimizer()], [], [], None
+    if _is_optimizer(returned):
+        optimizers = [returned]
+    elif isinstance(returned, Mapping):
+        _check_optimizer_dict(returned)
+        optimizers = [returned["optimizer"]]
+        monitor = returned.get("monitor")
+        if returned.get("lr_scheduler") is not None:
+            schedulers = [returned["lr_scheduler"]]
+    elif isinstance(returned, (list, tuple)) and len(returned) == 2 and isinstance(returned[0], (list, tuple)):
+        opts, scheds = returned
+        optimizers = list(opts)
+        schedulers = list(scheds) if isinstance(scheds, (list, tuple)) else [scheds]
+    elif isinstance(returned, (list, tuple)) and returned and all(isinstance(d, Mapping) for d in returned):
+        for d in returned:
+            _check_optimizer_dict(d)
+        optimizers = [d["optimizer"] for d in returned]
+        for idx, d in enumerate(returned):
+            sched = d.get("lr_scheduler")
+            if sched is None:
+                continue
+            if isinstance(sched, Mapping):
+                sched = {**sched, "opt_idx": idx}
+                if d.get("monitor") is not None:
+                    sched.setdefault("monitor", d["monitor"])
+            else:
+                sched = {"scheduler": sched, "opt_idx": idx, "monitor": d.get("monitor")}
+            schedulers.append(sched)
+        if any(d.get("frequency") for d in returned):
+            frequencies = [int(d.get("frequency") or 0) for d in returned]
+    elif isinstance(returned, (list, tuple)) and returned and all(_is_optimizer(o) for o in returned):
+        optimizers = list(returned)
+    else:
+        raise MisconfigurationException(
+            f"configure_optimizers returned {_short(returned)}, which is not a supported form. Return {_FORMS}."
+        )
+    for opt in optimizers:
+        if not _is_optimizer(opt):
+            raise MisconfigurationException(
+                f"configure_optimizers returned {_short(opt)} where an optimizer was expected; every "
+                "optimizer must be a torch.optim.Optimizer."
+            )
+    configs = [_scheduler_config(s, monitor) for s in schedulers]
+    _assign_opt_idx(configs, optimizers)
+    return optimizers, configs, frequencies, monitor
+
+
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return f"{type(obj).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
+
+
+def _check_optimizer_dict(d: Mapping[str, Any]) -> None:
+    if "optimizer" not in d:
+        raise MisconfigurationException(
+            f"configure_optimizers returned a dict without an 'optimizer' key: keys were {sorted(d)}. "
+            "Use {'optimizer': opt, 'lr_scheduler': scheduler_or_dict, 'monitor': 'metric'}."
+        )
+    extra = set(d) - _OPTIMIZER_DICT_KEYS
+    if extra:
+        rank_zero_warn(f"configure_optimizers: ignoring unknown keys {sorted(extra)} in an optimizer dict.")
+
+
+def _scheduler_config(scheduler: Any, monitor: str | None) -> LRSchedulerConfig:
+    if isinstance(scheduler, Mapping):
+        if "scheduler" not in scheduler:
+            raise MisconfigurationException(
+                f"An lr scheduler dict must have a 'scheduler' key; got keys {sorted(scheduler)}. Use "
+                "{'scheduler': scheduler, 'interval': 'epoch' | 'step', 'frequency': 1, 'monitor': ...}."
+            )
+        extra = set(scheduler) - _SCHEDULER_KEYS - {"opt_idx"}
+        if extra:
+            rank_zero_warn(
+                f"Found unsupported keys in the lr scheduler dict: {sorted(extra)}. They are ignored. "
+                f"Supported keys: {sorted(_SCHEDULER_KEYS)}."
+            )
+        interval = scheduler.get("interval", "epoch")
+        if interval not in ("step", "epoch"):
+            raise MisconfigurationException(
+                f"The lr scheduler dict has interval={interval!r}; it must be 'step' or 'epoch'."
+            )
+        frequency = scheduler.get("frequency", 1)
+        if not isinstance(frequency, int) or isinstance(frequency, bool) or frequency < 1:
+            raise MisconfigurationException(
+                f"The lr scheduler dict has frequency={frequency!r}; it must be an int >= 1."
+            )
+        sched = scheduler["scheduler"]
+        config = LRSchedulerConfig(
+            scheduler=sched,
+            name=scheduler.get("name"),
+            interval=interval,
+            frequency=frequency,
+            reduce_on_plateau=scheduler.get("reduce_on_plateau", _is_plateau(sched)),
+            monitor=scheduler.get("monitor", monitor),
+            strict=scheduler.get("strict", True),
+            opt_idx=scheduler.get("opt_idx"),
+        )
+    else:
+        config = LRSchedulerConfig(scheduler=scheduler, reduce_on_plateau=_is_plateau(scheduler), monitor=monitor)
+    if config.reduce_on_plateau and config.monitor is None:
+        raise MisconfigurationException(
+            "A ReduceLROnPlateau scheduler needs a metric to monitor, and none was given. Return e.g. "
+            "{'optimizer': optimizer, 'lr_scheduler': {'scheduler': scheduler, 'monitor': 'val_loss'}} "
+            "from configure_optimizers."
+        )
+    if not hasattr(config.scheduler, "step"):
+        raise MisconfigurationException(
+            f"The lr scheduler {_short(config.scheduler)} has no .step(); pass a torch.optim.lr_scheduler "
+            "object (or any object with step() and optimizer)."
+        )
+    return config
+
+
+def _assign_opt_idx(configs: Sequence[LRSchedulerConfig], optimizers: Sequence[Optimizer]) -> None:
+    for config in configs:
+        sched_opt = getattr(config.scheduler, "optimizer", None)
+        if sched_opt is None:
+            continue
+        matches = [i for i, o in enumerate(optimizers) if o is sched_opt]
+        if not matches:
+            raise MisconfigurationException(
+                f"The lr scheduler {type(config.scheduler).__name__} steps an optimizer that "
+                "configure_optimizers did not return. Return that optimizer too."
+            )
+        config.opt_idx = matches[0]

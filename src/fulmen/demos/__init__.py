@@ -1,0 +1,1 @@
+"""Bundled demos: ``BoringModel`` for tests and the digits classifier (``python -m fulmen.demos.digits``)."""

@@ -1,0 +1,128 @@
+"""``TensorBoardLogger``: real TensorBoard event files (needs the ``tensorboard`` package)."""
+
+from __future__ import annotations
+
+import os
+from argparse import Namespace
+from typing import Any
+
+from fulmen.loggers.logger import Logger, flatten_params, next_version, sanitize_params, save_hparams_yaml
+from fulmen.utilities.rank_zero import rank_zero_only
+
+
+class TensorBoardLogger(Logger):
+    """Writes ``save_dir/name/version_N/events.out.tfevents.*`` and ``hparams.yaml``."""
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str],
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        log_graph: bool = False,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._save_dir = os.fspath(save_dir)
+        self._name = name or ""
+        self._version = version
+        self._log_graph = log_graph
+        self._default_hp_metric = default_hp_metric
+        self._prefix = prefix
+        self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
+        self._kwargs = kwargs
+        self._experiment: Any = None
+        self.hparams: dict[str, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        if self._version is None:
+            self._version = next_version(self.root_dir)
+        return self._version
+
+    @property
+    def save_dir(self) -> str:
+        return self._save_dir
+
+    @property
+    def root_dir(self) -> str:
+        return os.path.join(self._save_dir, self._name)
+
+    @property
+    def log_dir(self) -> str:
+        version = self.version if isinstance(self.version, str) else f"version_{self.version}"
+        path = os.path.join(self.root_dir, version)
+        return os.path.join(path, self._sub_dir) if self._sub_dir else path
+
+    @property
+    @rank_zero_only
+    def experiment(self) -> Any:
+        """The ``torch.utils.tensorboard.SummaryWriter`` (created on first use)."""
+        if self._experiment is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            os.makedirs(self.log_dir, exist_ok=True)
+            self._experiment = SummaryWriter(log_dir=self.log_dir, **self._kwargs)
+        return self._experiment
+
+    @rank_zero_only
+    def log_hyperparams(
+        self, params: dict[str, Any] | Namespace, metrics: dict[str, float] | None = None, *args: Any, **kwargs: Any
+    ) -> None:
+        params = vars(params) if isinstance(params, Namespace) else dict(params)
+        self.hparams.update(params)
+        flat = sanitize_params(flatten_params(params))
+        if metrics is None and self._default_hp_metric:
+            metrics = {"hp_metric": -1}
+        if metrics:
+            self.log_metrics(metrics, 0)
+            from torch.utils.tensorboard.summary import hparams
+
+            exp, ssi, sei = hparams(flat, metrics)
+            writer = self.experiment._get_file_writer()
+            for summary in (exp, ssi, sei):
+                writer.add_summary(summary)
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        for key, value in metrics.items():
+            tag = f"{self._prefix}-{key}" if self._prefix else key
+            if isinstance(value, dict):
+                self.experiment.add_scalars(tag, value, step)
+            else:
+                self.experiment.add_scalar(tag, value, step)
+
+    @rank_zero_only
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        if not self._log_graph:
+            return
+        example = input_array if input_array is not None else getattr(model, "example_input_array", None)
+        if example is None:
+            return
+        self.experiment.add_graph(model, example)
+
+    @rank_zero_only
+    def save(self) -> None:
+        if self._experiment is not None:
+            self._experiment.flush()
+        if self.hparams:
+            os.makedirs(self.log_dir, exist_ok=True)
+            save_hparams_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        if self._experiment is not None:
+            self._experiment.flush()
+            self._experiment.close()
+            self._experiment = None
+        self.save()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_experiment"] = None
+        return state

@@ -1,0 +1,113 @@
+"""Validation and test runs (also the sanity check and validation inside fit), and prediction."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fulmen.loops.fetcher import PrefetchIterator
+from fulmen.trainer.logging import ResultCollection
+from fulmen.trainer.state import RunningStage
+
+if TYPE_CHECKING:
+    from fulmen.trainer.trainer import Trainer
+
+
+def no_grad_context(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
+    return torch.inference_mode() if trainer._inference_mode else torch.no_grad()
+
+
+class EvaluationLoop:
+    """Runs ``validation_step`` or ``test_step`` over every evaluation dataloader once."""
+
+    def __init__(self, trainer: Trainer, stage: str) -> None:
+        self.trainer = trainer
+        self.stage = stage  # "validation" or "test"
+        self.results = ResultCollection(training=False)
+
+    def run(self, dataloaders: list[Any], num_batches: list[int | float], in_fit: bool) -> list[dict[str, float]]:
+        trainer = self.trainer
+        hooks = trainer._hooks
+        stage = self.stage
+        module = trainer.lightning_module
+        assert module is not None
+        if not dataloaders or sum(num_batches) == 0:
+            return []
+        multiple = len(dataloaders) > 1
+        previous_results = trainer._results
+        self.results.reset()
+        self.results.sync = trainer.strategy.sync_metric
+        trainer._results = self.results
+        trainer._metrics.epoch_end = False
+        step = trainer.strategy.validation_step if stage == "validation" else trainer.strategy.test_step
+        with no_grad_context(trainer):
+            if in_fit and not trainer.sanity_checking:
+                hooks.call_module("on_validation_model_zero_grad")
+            hooks.call_module(f"on_{stage}_model_eval")
+            hooks.call_callbacks(f"on_{stage}_start")
+            hooks.call_module(f"on_{stage}_start")
+            hooks.call_callbacks(f"on_{stage}_epoch_start")
+            hooks.call_module(f"on_{stage}_epoch_start")
+            for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
+                extra = (dl_idx,) if multiple else ()
+                for batch_idx, (batch, _) in enumerate(PrefetchIterator(loader, limit)):
+                    batch = trainer.strategy.batch_to_device(batch, dataloader_idx=dl_idx)
+                    self.results.set_batch(batch, dl_idx if multiple else None)
+                    hooks.call_callbacks(f"on_{stage}_batch_start", batch, batch_idx, *extra)
+                    hooks.call_module(f"on_{stage}_batch_start", batch, batch_idx, *extra)
+                    output = step(batch, batch_idx, *extra)
+                    hooks.call_callbacks(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
+                    hooks.call_module(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
+                    trainer._metrics.on_eval_step_end(self.results)
+            self.results.dataloader_idx = None
+            trainer._metrics.epoch_end = True
+            hooks.call_callbacks(f"on_{stage}_epoch_end")
+            hooks.call_module(f"on_{stage}_epoch_end")
+            output_metrics = trainer._metrics.on_eval_epoch_end(self.results, len(dataloaders))
+            hooks.call_callbacks(f"on_{stage}_end")
+            hooks.call_module(f"on_{stage}_end")
+            hooks.call_module(f"on_{stage}_model_train")
+        trainer._results = previous_results
+        return output_metrics
+
+
+class PredictionLoop:
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def run(self, dataloaders: list[Any], num_batches: list[int | float], return_predictions: bool) -> Any:
+        trainer = self.trainer
+        hooks = trainer._hooks
+        multiple = len(dataloaders) > 1
+        all_predictions: list[list[Any]] = [[] for _ in dataloaders]
+        if not dataloaders or sum(num_batches) == 0:
+            return None
+        with no_grad_context(trainer):
+            hooks.call_module("on_predict_model_eval")
+            hooks.call_callbacks("on_predict_start")
+            hooks.call_module("on_predict_start")
+            hooks.call_callbacks("on_predict_epoch_start")
+            hooks.call_module("on_predict_epoch_start")
+            for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
+                extra = (dl_idx,) if multiple else ()
+                for batch_idx, (batch, _) in enumerate(PrefetchIterator(loader, limit)):
+                    batch = trainer.strategy.batch_to_device(batch, dataloader_idx=dl_idx)
+                    hooks.call_callbacks("on_predict_batch_start", batch, batch_idx, *extra)
+                    hooks.call_module("on_predict_batch_start", batch, batch_idx, *extra)
+                    output = trainer.strategy.predict_step(batch, batch_idx, *extra)
+                    if return_predictions:
+                        all_predictions[dl_idx].append(output)
+                    hooks.call_callbacks("on_predict_batch_end", output, batch, batch_idx, *extra)
+                    hooks.call_module("on_predict_batch_end", output, batch, batch_idx, *extra)
+            hooks.call_callbacks("on_predict_epoch_end")
+            hooks.call_module("on_predict_epoch_end")
+            hooks.call_callbacks("on_predict_end")
+            hooks.call_module("on_predict_end")
+        if not return_predictions:
+            return None
+        return all_predictions if multiple else all_predictions[0]
+
+
+__all__ = ["EvaluationLoop", "PredictionLoop", "RunningStage"]

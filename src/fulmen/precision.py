@@ -1,0 +1,206 @@
+"""Numerical precision: how forward runs (autocast, dtype), how backward scales and how steps happen.
+
+One object per precision answers "how do I run forward / backward / step / clip" so that the loops never
+branch on the precision flag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import LBFGS, Optimizer
+
+from fulmen.utilities.apply_func import apply_to_collection
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_warn
+
+_PRECISIONS = ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
+_LEGACY = {
+    64: "64-true",
+    "64": "64-true",
+    32: "32-true",
+    "32": "32-true",
+    16: "16-mixed",
+    "16": "16-mixed",
+    "bf16": "bf16-mixed",
+}
+
+
+def normalize_precision(precision: Any) -> str:
+    """Map every accepted spelling to one of :data:`_PRECISIONS`; warn for the 1.x spellings 16/bf16."""
+    if precision is None:
+        return "32-true"
+    if isinstance(precision, str) and precision in _PRECISIONS:
+        return precision
+    if not isinstance(precision, bool) and precision in _LEGACY:
+        new = _LEGACY[precision]
+        if str(precision) in ("16", "bf16"):
+            rank_zero_warn(
+                f"precision={precision!r} is the 1.x spelling and still works; it means {new!r}. "
+                f"Write precision={new!r} to silence this warning."
+            )
+        return new
+    raise MisconfigurationException(
+        f"precision={precision!r} is not supported. Use one of {list(_PRECISIONS)} "
+        "(or the older spellings 16, 32, 64, '16', '32', '64', 'bf16')."
+    )
+
+
+class Precision:
+    """Full precision ('32-true'): plain forward and backward."""
+
+    name = "32-true"
+
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module
+
+    def convert_input(self, data: Any) -> Any:
+        return data
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def pre_backward(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def unscale_gradients(self, optimizer: Optimizer) -> None:
+        pass
+
+    def optimizer_step(
+        self, optimizer: Optimizer, closure: Callable[[], Any], after_closure: Callable[[Optimizer], None], **kwargs: Any
+    ) -> Any:
+        def wrapped() -> Any:
+            result = closure()
+            after_closure(optimizer)
+            return result
+
+        return optimizer.step(closure=wrapped, **kwargs)
+
+    def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str) -> None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, clip_val)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+
+class DoublePrecision(Precision):
+    """'64-true': float64 weights, floating inputs cast to float64, tensors created in forward too."""
+
+    name = "64-true"
+    dtype = torch.float64
+
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module.to(dtype=self.dtype)
+
+    def convert_input(self, data: Any) -> Any:
+        return apply_to_collection(
+            data, Tensor, lambda t: t.to(self.dtype) if torch.is_floating_point(t) else t
+        )
+
+    @contextlib.contextmanager
+    def forward_context(self) -> Generator[None, None, None]:
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(self.dtype)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(previous)
+
+
+class HalfPrecision(DoublePrecision):
+    """'16-true' / 'bf16-true': weights and floating inputs in half precision, no autocast."""
+
+    def __init__(self, precision: str) -> None:
+        self.name = precision
+        self.dtype = torch.float16 if precision == "16-true" else torch.bfloat16
+
+
+class MixedPrecision(Precision):
+    """'16-mixed' / 'bf16-mixed': autocast in forward; float16 on CUDA also scales the loss.
+
+    With a GradScaler, gradients are unscaled before ``on_before_optimizer_step`` and clipping, so clip
+    values mean the same as in full precision, and steps with inf/NaN gradients are skipped.
+    """
+
+    def __init__(self, precision: str, device_type: str, scaler: Any = None) -> None:
+        self.name = precision
+        self.device_type = device_type
+        self.dtype = torch.float16 if precision == "16-mixed" else torch.bfloat16
+        if scaler is None and precision == "16-mixed" and device_type == "cuda":
+            scaler = torch.amp.GradScaler("cuda")
+        self.scaler = scaler
+        self._unscaled: set[int] = set()
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def pre_backward(self, tensor: Tensor) -> Tensor:
+        if self.scaler is not None:
+            return self.scaler.scale(tensor)
+        return tensor
+
+    def unscale_gradients(self, optimizer: Optimizer) -> None:
+        if self.scaler is not None and id(optimizer) not in self._unscaled:
+            self.scaler.unscale_(optimizer)
+            self._unscaled.add(id(optimizer))
+
+    def optimizer_step(
+        self, optimizer: Optimizer, closure: Callable[[], Any], after_closure: Callable[[Optimizer], None], **kwargs: Any
+    ) -> Any:
+        if self.scaler is None:
+            return super().optimizer_step(optimizer, closure, after_closure, **kwargs)
+        if isinstance(optimizer, LBFGS):
+            raise MisconfigurationException(
+                "precision='16-mixed' with a GradScaler cannot step LBFGS (it re-evaluates the closure). "
+                "Use precision='bf16-mixed' or '32-true' with LBFGS."
+            )
+        result = closure()
+        self.unscale_gradients(optimizer)
+        after_closure(optimizer)
+        self._unscaled.discard(id(optimizer))
+        if result is None:  # training_step returned None: nothing to step
+            return None
+        step_output = self.scaler.step(optimizer, **kwargs)
+        self.scaler.update()
+        return step_output
+
+    def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str) -> None:
+        self.unscale_gradients(optimizer)
+        super().clip_gradients(optimizer, clip_val, algorithm)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.scaler.state_dict() if self.scaler is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.scaler is not None and state_dict:
+            self.scaler.load_state_dict(state_dict)
+
+
+def select_precision(precision: str, device_type: str) -> Precision:
+    """The precision object for a normalised flag on a device type."""
+    if precision == "32-true":
+        return Precision()
+    if precision == "64-true":
+        if device_type == "mps":
+            raise MisconfigurationException("precision='64-true' is not supported on MPS; use '32-true'.")
+        return DoublePrecision()
+    if precision in ("16-true", "bf16-true"):
+        return HalfPrecision(precision)
+    if precision == "16-mixed" and device_type == "cpu":
+        rank_zero_warn(
+            "precision='16-mixed' on the CPU: float16 autocast is not supported there, so 'bf16-mixed' is "
+            "used instead. Pass precision='bf16-mixed' to silence this warning."
+        )
+        precision = "bf16-mixed"
+    return MixedPrecision(precision, device_type)

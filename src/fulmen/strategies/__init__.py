@@ -1,0 +1,3 @@
+from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
+
+__all__ = ["SingleDeviceStrategy", "Strategy"]

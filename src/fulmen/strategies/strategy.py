@@ -1,0 +1,209 @@
+"""Strategies: where the model lives and how backward, steps and collectives run.
+
+The loops ask the strategy; they never branch on which strategy is in use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from fulmen.accelerators import Accelerator
+from fulmen.core.optimizer import LightningOptimizer
+from fulmen.precision import Precision
+from fulmen.utilities.apply_func import move_data_to_device
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
+
+
+class Strategy:
+    """Base strategy: one process, one device. Subclasses add processes and collectives."""
+
+    strategy_name = "base"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        precision_plugin: Precision | None = None,
+    ) -> None:
+        self.accelerator = accelerator
+        self.precision_plugin: Precision = precision_plugin or Precision()
+        self._lightning_module: LightningModule | None = None
+        self._model: torch.nn.Module | None = None
+        self._trainer: Trainer | None = None
+        self.optimizers: list[Optimizer] = []
+        self._lightning_optimizers: list[LightningOptimizer] = []
+        self._root_device = torch.device("cpu")
+
+    # -- properties ----------------------------------------------------------------------------------
+    @property
+    def root_device(self) -> torch.device:
+        return self._root_device
+
+    @property
+    def lightning_module(self) -> LightningModule | None:
+        return self._lightning_module
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        return self._model if self._model is not None else self._lightning_module
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def global_rank(self) -> int:
+        return 0
+
+    @property
+    def local_rank(self) -> int:
+        return 0
+
+    @property
+    def node_rank(self) -> int:
+        return 0
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    @property
+    def handles_gradient_accumulation(self) -> bool:
+        return False
+
+    # -- set-up ----------------------------------------------------------------------------------------
+    def connect(self, model: LightningModule) -> None:
+        self._lightning_module = model
+        self._model = model
+
+    def setup_environment(self) -> None:
+        if self.accelerator is not None:
+            self.accelerator.setup_device(self.root_device)
+
+    def model_to_device(self) -> None:
+        assert self._lightning_module is not None
+        self._lightning_module.to(self.root_device)
+
+    def setup(self, trainer: Trainer) -> None:
+        """Move and convert the model; called after ``configure_model``, before optimizers are made."""
+        self._trainer = trainer
+        assert self._lightning_module is not None
+        self.precision_plugin.convert_module(self._lightning_module)
+        self.model_to_device()
+
+    def setup_optimizers(self, optimizers: list[Optimizer]) -> None:
+        self.optimizers = optimizers
+        self._lightning_optimizers = [LightningOptimizer._to_lightning_optimizer(o, self) for o in optimizers]
+
+    def teardown(self) -> None:
+        self._trainer = None
+
+    # -- data ------------------------------------------------------------------------------------------
+    def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
+        model = self._lightning_module
+        device = device or self.root_device
+        if model is not None and self._trainer is not None:
+            return self._trainer._hooks.transfer_batch(batch, device, dataloader_idx)
+        return move_data_to_device(batch, device)
+
+    # -- steps -----------------------------------------------------------------------------------------
+    def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        assert self._trainer is not None
+        with self.precision_plugin.forward_context():
+            return self._trainer._hooks.call_module(name, *args, **kwargs)
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._step("training_step", *args, **kwargs)
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._step("validation_step", *args, **kwargs)
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._step("test_step", *args, **kwargs)
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._step("predict_step", *args, **kwargs)
+
+    def backward(self, loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
+        """on_before_backward → module.backward (scaled loss) → on_after_backward."""
+        assert self._trainer is not None
+        hooks = self._trainer._hooks
+        hooks.call_callbacks("on_before_backward", loss)
+        hooks.call_module("on_before_backward", loss)
+        scaled = self.precision_plugin.pre_backward(loss)
+        hooks.call_module("backward", scaled, *args, **kwargs)
+        hooks.call_callbacks("on_after_backward")
+        hooks.call_module("on_after_backward")
+        return loss
+
+    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], **kwargs: Any) -> Any:
+        return self.precision_plugin.optimizer_step(optimizer, closure, self._after_closure, **kwargs)
+
+    def _after_closure(self, optimizer: Optimizer) -> None:
+        """Runs between the closure (backward done) and the step: hooks, then clipping."""
+        assert self._trainer is not None
+        trainer = self._trainer
+        hooks = trainer._hooks
+        hooks.call_callbacks("on_before_optimizer_step", optimizer)
+        hooks.call_module("on_before_optimizer_step", optimizer)
+        module = self._lightning_module
+        if module is not None and module.automatic_optimization:
+            hooks.call_module(
+                "configure_gradient_clipping",
+                optimizer,
+                gradient_clip_val=trainer.gradient_clip_val,
+                gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+            )
+
+    # -- collectives (identity for one process) --------------------------------------------------------
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: str | None = "mean") -> Any:
+        return tensor
+
+    def barrier(self, name: str | None = None) -> None:
+        pass
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return obj
+
+    def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor:
+        return tensor
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        return decision
+
+    def sync_metric(self, tensor: Tensor, reduce_op: str) -> Tensor:
+        return tensor
+
+    @contextlib.contextmanager
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        """Skip gradient synchronisation inside this block (a no-op with one process)."""
+        yield
+
+    def state_dict(self) -> dict[str, Any]:
+        module = self._lightning_module
+        return module.state_dict() if module is not None else {}
+
+
+class SingleDeviceStrategy(Strategy):
+    """One process on one device (CPU, one CUDA GPU or MPS)."""
+
+    strategy_name = "single_device"
+
+    def __init__(
+        self,
+        device: torch.device | str | int = "cpu",
+        accelerator: Accelerator | None = None,
+        precision_plugin: Precision | None = None,
+    ) -> None:
+        super().__init__(accelerator=accelerator, precision_plugin=precision_plugin)
+        if isinstance(device, int):
+            device = torch.device("cuda", device)
+        self._root_device = torch.device(device)

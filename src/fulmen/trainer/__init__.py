@@ -1,0 +1,3 @@
+from fulmen.trainer.trainer import Trainer
+
+__all__ = ["Trainer"]

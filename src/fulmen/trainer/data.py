@@ -1,0 +1,145 @@
+"""Where a run's dataloaders come from (arguments, data module or module) and how many batches count."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from fulmen.core.datamodule import LightningDataModule
+from fulmen.core.module import LightningModule
+from fulmen.utilities.combined_loader import CombinedLoader
+from fulmen.utilities.data import has_len, parse_num_batches
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import WarningCache
+
+if TYPE_CHECKING:
+    from fulmen.trainer.trainer import Trainer
+
+_STAGE_HOOK = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"}
+_STEP = {"train": "training_step", "val": "validation_step", "test": "test_step", "predict": "predict_step"}
+
+
+class TrainerData:
+    """Resolves and caches dataloaders for the current run."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.sources: dict[str, Any] = {}
+        self._warnings = WarningCache()
+        self.val_dataloaders: list[Any] | None = None
+        self.val_num_batches: list[int | float] = []
+        self._val_loaded_epoch: int | None = None
+
+    def attach(self, **sources: Any) -> None:
+        """Remember explicitly passed dataloaders (None means: ask the data module or the module)."""
+        self.sources = {k: v for k, v in sources.items() if v is not None}
+        self.val_dataloaders = None
+        self._val_loaded_epoch = None
+
+    def _source_owner(self, stage: str) -> LightningModule | LightningDataModule | None:
+        trainer = self.trainer
+        hook = _STAGE_HOOK[stage]
+        datamodule = trainer.datamodule
+        if datamodule is not None and _overrides(datamodule, hook):
+            return datamodule
+        module = trainer.lightning_module
+        if module is not None and _overrides(module, hook):
+            return module
+        return None
+
+    def has_source(self, stage: str) -> bool:
+        return stage in self.sources or self._source_owner(stage) is not None
+
+    def _request(self, stage: str) -> Any:
+        if stage in self.sources:
+            return self.sources[stage]
+        owner = self._source_owner(stage)
+        if owner is None:
+            return None
+        hook = _STAGE_HOOK[stage]
+        module = self.trainer.lightning_module
+        if owner is module and module is not None:
+            return self.trainer._hooks.call_module(hook)
+        return getattr(owner, hook)()
+
+    def request_train_dataloader(self) -> Any:
+        loader = self._request("train")
+        if loader is None:
+            raise MisconfigurationException(
+                "No training data: pass `train_dataloaders` to trainer.fit(), give a datamodule with "
+                "`train_dataloader()`, or implement `train_dataloader()` in your LightningModule."
+            )
+        if isinstance(loader, (list, tuple, Mapping)):
+            loader = CombinedLoader(loader, mode="max_size_cycle")
+        self._check_workers(loader, "train")
+        return loader
+
+    def request_eval_dataloaders(self, stage: str) -> tuple[list[Any], list[int | float]]:
+        loader = self._request(stage)
+        if loader is None:
+            return [], []
+        if isinstance(loader, CombinedLoader):
+            loaders = loader.flattened
+        elif isinstance(loader, Mapping):
+            loaders = list(loader.values())
+        elif isinstance(loader, (list, tuple)):
+            loaders = list(loader)
+        else:
+            loaders = [loader]
+        cfg = self.trainer._loop_config
+        limit = {"val": cfg.limit_val_batches, "test": cfg.limit_test_batches, "predict": cfg.limit_predict_batches}[stage]
+        counts = []
+        for dl in loaders:
+            length: int | float = len(dl) if has_len(dl) else float("inf")
+            counts.append(parse_num_batches(stage, length, limit))
+            self._check_workers(dl, stage)
+        return loaders, counts
+
+    # -- validation inside fit ------------------------------------------------------------------------
+    def validation_enabled(self) -> bool:
+        trainer = self.trainer
+        module = trainer.lightning_module
+        if module is None or not _overrides(module, "validation_step"):
+            return False
+        cfg = trainer._loop_config
+        if cfg.limit_val_batches == 0:
+            return False
+        if not self.has_source("val"):
+            return False
+        loaders, counts = self.fit_val_dataloaders()
+        return bool(loaders) and sum(counts) > 0
+
+    def fit_val_dataloaders(self) -> tuple[list[Any], list[int | float]]:
+        trainer = self.trainer
+        every = trainer._loop_config.reload_dataloaders_every_n_epochs
+        epoch = trainer.current_epoch
+        stale = (
+            every > 0 and self._val_loaded_epoch is not None and epoch - self._val_loaded_epoch >= every
+        )
+        if self.val_dataloaders is None or stale:
+            self.val_dataloaders, self.val_num_batches = self.request_eval_dataloaders("val")
+            self._val_loaded_epoch = epoch
+        return self.val_dataloaders, self.val_num_batches
+
+    def _check_workers(self, loader: Any, stage: str) -> None:
+        num_workers = getattr(loader, "num_workers", None)
+        if num_workers is None or num_workers > 0 or stage == "predict":
+            return
+        cpus = os.cpu_count() or 1
+        if cpus > 2:
+            self._warnings.warn(
+                f"The {stage} dataloader has num_workers=0: batches load in the main process, which may "
+                f"bottleneck training. Consider DataLoader(num_workers={min(cpus - 1, 8)})."
+            )
+
+
+def _overrides(obj: object, name: str) -> bool:
+    if name in getattr(obj, "__dict__", {}):
+        return True
+    base = LightningModule if isinstance(obj, LightningModule) else LightningDataModule
+    return getattr(type(obj), name, None) is not getattr(base, name, None)
+
+
+def step_overridden(module: LightningModule, stage: str) -> bool:
+    return _overrides(module, _STEP[stage])

@@ -1,0 +1,499 @@
+"""What ``self.log`` stores, and how logged values reach callbacks, loggers and the progress bar.
+
+Values stay tensors on the device they were logged on. Step values are kept as-is (detached); epoch values
+are accumulated with tensor ops (weighted sum + count for means). Nothing here converts a tensor to a Python
+number: that happens only when a logger writes (every ``log_every_n_steps``) or the progress bar redraws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fulmen.utilities.data import extract_batch_size
+from fulmen.utilities.exceptions import MisconfigurationException
+
+_REDUCE_NAMES = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
+_TORCH_REDUCE = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+
+# (allowed on_step values, allowed on_epoch values, default on_step, default on_epoch) per hook; hooks not
+# listed cannot log. Training-batch hooks default to per-step values, everything else to epoch values.
+_STEP = ((False, True), (False, True), True, False)
+_EVAL_BATCH = ((False, True), (False, True), False, True)
+_EPOCH_ONLY = ((False,), (True,), False, True)
+_LOG_OPTIONS: dict[str, tuple[tuple[bool, ...], tuple[bool, ...], bool, bool]] = {
+    **dict.fromkeys(
+        (
+            "training_step",
+            "on_train_batch_start",
+            "on_train_batch_end",
+            "on_before_backward",
+            "backward",
+            "on_after_backward",
+            "on_before_optimizer_step",
+            "optimizer_step",
+            "configure_gradient_clipping",
+            "clip_gradients",
+            "on_before_zero_grad",
+            "optimizer_zero_grad",
+        ),
+        _STEP,
+    ),
+    **dict.fromkeys(
+        (
+            "validation_step",
+            "test_step",
+            "on_validation_batch_start",
+            "on_validation_batch_end",
+            "on_test_batch_start",
+            "on_test_batch_end",
+        ),
+        _EVAL_BATCH,
+    ),
+    **dict.fromkeys(
+        (
+            "on_train_start",
+            "on_train_epoch_start",
+            "on_train_epoch_end",
+            "training_epoch_end",
+            "on_validation_start",
+            "on_validation_epoch_start",
+            "on_validation_epoch_end",
+            "validation_epoch_end",
+            "on_test_start",
+            "on_test_epoch_start",
+            "on_test_epoch_end",
+            "test_epoch_end",
+        ),
+        _EPOCH_ONLY,
+    ),
+}
+
+
+def _parse_reduce_fx(reduce_fx: str | Callable[..., Any]) -> str:
+    if isinstance(reduce_fx, str) and reduce_fx.lower() in _REDUCE_NAMES:
+        return _REDUCE_NAMES[reduce_fx.lower()]
+    if callable(reduce_fx) and reduce_fx in _TORCH_REDUCE:
+        return _TORCH_REDUCE[reduce_fx]  # type: ignore[index]
+    raise MisconfigurationException(
+        f"self.log(reduce_fx={reduce_fx!r}) is not supported. Use 'mean', 'sum', 'max' or 'min' "
+        "(or torch.mean / torch.sum / torch.max / torch.min)."
+    )
+
+
+@dataclass(frozen=True)
+class LogMeta:
+    fx: str
+    name: str
+    prog_bar: bool
+    logger: bool
+    on_step: bool
+    on_epoch: bool
+    reduce_fx: str
+    enable_graph: bool
+    sync_dist: bool
+    sync_dist_group: Any
+    dataloader_idx: int | None
+    add_dataloader_idx: bool
+    rank_zero_only: bool
+    metric_attribute: str | None = None
+
+    @property
+    def display_name(self) -> str:
+        if self.add_dataloader_idx and self.dataloader_idx is not None:
+            return f"{self.name}/dataloader_idx_{self.dataloader_idx}"
+        return self.name
+
+    @property
+    def step_name(self) -> str:
+        return f"{self.display_name}_step" if self.on_step and self.on_epoch else self.display_name
+
+    @property
+    def epoch_name(self) -> str:
+        return f"{self.display_name}_epoch" if self.on_step and self.on_epoch else self.display_name
+
+
+def _is_metric(value: Any) -> bool:
+    """torchmetrics.Metric without importing torchmetrics (duck-typed)."""
+    return callable(getattr(value, "compute", None)) and callable(getattr(value, "update", None)) and hasattr(
+        value, "reset"
+    )
+
+
+class ResultMetric:
+    """One logged key: its last step value and its running epoch aggregate (both on device)."""
+
+    __slots__ = ("_computed", "count", "epoch_acc", "meta", "metric", "step_value", "updated")
+
+    def __init__(self, meta: LogMeta) -> None:
+        self.meta = meta
+        self.step_value: torch.Tensor | None = None
+        self.epoch_acc: torch.Tensor | None = None
+        self.count: torch.Tensor | int = 0
+        self.metric: Any = None
+        self._computed: torch.Tensor | None = None
+        self.updated = False
+
+    def update(self, value: torch.Tensor, batch_size: int | torch.Tensor) -> None:
+        meta = self.meta
+        self.updated = True
+        self._computed = None
+        if meta.on_step:
+            self.step_value = value
+        if not meta.on_epoch:
+            return
+        reduce = meta.reduce_fx
+        acc = self.epoch_acc
+        if reduce == "mean":
+            v = value.to(_acc_dtype(value)) * batch_size
+            self.epoch_acc = v if acc is None else acc + v
+            self.count = self.count + batch_size
+        elif reduce == "sum":
+            v = value.to(_acc_dtype(value))
+            self.epoch_acc = v if acc is None else acc + v
+        elif reduce == "max":
+            self.epoch_acc = value.clone() if acc is None else torch.maximum(acc, value)
+        else:
+            self.epoch_acc = value.clone() if acc is None else torch.minimum(acc, value)
+
+    def update_metric(self, metric: Any) -> None:
+        """A torchmetrics.Metric: its forward result is the step value; ``compute()`` the epoch value."""
+        self.metric = metric
+        self.updated = True
+        self._computed = None
+        if self.meta.on_step:
+            cache = getattr(metric, "_forward_cache", None)
+            self.step_value = cache if isinstance(cache, torch.Tensor) else None
+
+    def compute(self, sync: Callable[[torch.Tensor, str], torch.Tensor] | None) -> torch.Tensor | None:
+        if self._computed is not None:
+            return self._computed
+        if self.metric is not None:
+            value = self.metric.compute()
+        elif self.epoch_acc is None:
+            return None
+        elif self.meta.reduce_fx == "mean":
+            acc, count = self.epoch_acc, self.count
+            if self.meta.sync_dist and sync is not None:
+                acc = sync(acc, "sum")
+                count = sync(torch.as_tensor(count, device=acc.device, dtype=acc.dtype), "sum")
+            value = acc / count
+        else:
+            value = self.epoch_acc
+            if self.meta.sync_dist and sync is not None:
+                value = sync(value, self.meta.reduce_fx)
+        self._computed = value
+        return value
+
+    def step(self, sync: Callable[[torch.Tensor, str], torch.Tensor] | None) -> torch.Tensor | None:
+        value = self.step_value
+        if value is not None and self.meta.sync_dist and sync is not None:
+            value = sync(value, "mean" if self.meta.reduce_fx == "mean" else self.meta.reduce_fx)
+        return value
+
+
+def _acc_dtype(value: torch.Tensor) -> torch.dtype:
+    return value.dtype if value.is_floating_point() and value.dtype == torch.float64 else torch.float32
+
+
+class ResultCollection:
+    """All keys logged during one stage run (a training epoch, or one evaluation run)."""
+
+    def __init__(self, training: bool) -> None:
+        self.training = training
+        self.items: dict[str, ResultMetric] = {}
+        self._meta_cache: dict[tuple[Any, ...], LogMeta] = {}
+        self.batch: Any = None
+        self._batch_size: int | None = None
+        self.dataloader_idx: int | None = None
+        self.sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None
+
+    # -- per-batch context, set by the loops --------------------------------------------------------
+    def set_batch(self, batch: Any, dataloader_idx: int | None = None) -> None:
+        self.batch = batch
+        self._batch_size = None
+        self.dataloader_idx = dataloader_idx
+
+    def _current_batch_size(self) -> int:
+        if self._batch_size is None:
+            self._batch_size = extract_batch_size(self.batch) if self.batch is not None else 1
+        return self._batch_size
+
+    # -- self.log -----------------------------------------------------------------------------------
+    def log(
+        self,
+        fx: str,
+        name: str,
+        value: Any,
+        device: torch.device,
+        prog_bar: bool = False,
+        logger: bool = True,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: str | Callable[..., Any] = "mean",
+        enable_graph: bool = False,
+        sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
+        batch_size: int | None = None,
+        metric_attribute: str | None = None,
+        rank_zero_only: bool = False,
+    ) -> None:
+        cache_key = (
+            fx, name, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
+            add_dataloader_idx, self.dataloader_idx, rank_zero_only,
+        )  # fmt: skip
+        meta = self._meta_cache.get(cache_key)
+        if meta is None:
+            meta = self._make_meta(
+                fx, name, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
+                sync_dist_group, add_dataloader_idx, rank_zero_only, metric_attribute,
+            )  # fmt: skip
+            self._meta_cache[cache_key] = meta
+        key = f"{fx}.{meta.display_name}"
+        result = self.items.get(key)
+        if result is None:
+            self._check_duplicate(meta)
+            result = self.items[key] = ResultMetric(meta)
+        elif result.meta != meta:
+            raise MisconfigurationException(
+                f"self.log({name!r}, ...) was called twice in {fx} with different arguments. "
+                "Log each name with one set of arguments per hook."
+            )
+        if _is_metric(value):
+            result.update_metric(value)
+            return
+        value = self._to_tensor(name, value, device, enable_graph)
+        bs: int | torch.Tensor = 1
+        if meta.on_epoch and meta.reduce_fx == "mean" and result.metric is None:
+            bs = batch_size if batch_size is not None else self._current_batch_size()
+        result.update(value, bs)
+
+    def _make_meta(
+        self, fx: str, name: str, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
+        reduce_fx: Any, enable_graph: bool, sync_dist: bool, sync_dist_group: Any, add_dataloader_idx: bool,
+        rank_zero_only: bool, metric_attribute: str | None,
+    ) -> LogMeta:  # fmt: skip
+        options = _LOG_OPTIONS.get(fx)
+        if options is None:
+            raise MisconfigurationException(
+                f"self.log({name!r}) was called inside `{fx}`, where logging is not supported. Log from a "
+                "step or an epoch/batch hook instead (e.g. training_step, on_train_epoch_end)."
+            )
+        allowed_step, allowed_epoch, default_step, default_epoch = options
+        on_step = default_step if on_step is None else on_step
+        on_epoch = default_epoch if on_epoch is None else on_epoch
+        if on_step not in allowed_step:
+            raise MisconfigurationException(
+                f"self.log({name!r}, on_step={on_step!r}) is not allowed in `{fx}`: it runs once per epoch. "
+                "Use on_step=False."
+            )
+        if on_epoch not in allowed_epoch:
+            raise MisconfigurationException(
+                f"self.log({name!r}, on_epoch={on_epoch!r}) is not allowed in `{fx}`. Use on_epoch=True."
+            )
+        if not on_step and not on_epoch:
+            raise MisconfigurationException(
+                f"self.log({name!r}, on_step=False, on_epoch=False) would never record the value. Set at "
+                "least one of on_step / on_epoch to True."
+            )
+        return LogMeta(
+            fx=fx, name=name, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
+            reduce_fx=_parse_reduce_fx(reduce_fx), enable_graph=enable_graph, sync_dist=sync_dist,
+            sync_dist_group=sync_dist_group, dataloader_idx=self.dataloader_idx,
+            add_dataloader_idx=add_dataloader_idx, rank_zero_only=rank_zero_only,
+            metric_attribute=metric_attribute,
+        )  # fmt: skip
+
+    def _check_duplicate(self, meta: LogMeta) -> None:
+        for other in self.items.values():
+            if other.meta.display_name == meta.display_name and other.meta.fx != meta.fx:
+                raise MisconfigurationException(
+                    f"self.log({meta.name!r}) in `{meta.fx}` clashes with the same name already logged in "
+                    f"`{other.meta.fx}`. Use a different name in one of the two hooks."
+                )
+
+    @staticmethod
+    def _to_tensor(name: str, value: Any, device: torch.device, enable_graph: bool) -> torch.Tensor:
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise MisconfigurationException(
+                    f"self.log({name!r}, value) got a tensor of shape {tuple(value.shape)}; logged values must "
+                    f"have one element. Reduce it first, e.g. self.log({name!r}, value.mean())."
+                )
+            value = value.squeeze()
+            return value if enable_graph else value.detach()
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if hasattr(value, "item") and callable(value.item):  # numpy scalars
+                value = value.item()
+            else:
+                raise MisconfigurationException(
+                    f"self.log({name!r}, value={value!r}) got a {type(value).__name__}; log a number, a "
+                    "one-element tensor or a torchmetrics Metric. For several values use self.log_dict()."
+                )
+        return torch.tensor(value, device=device, dtype=torch.get_default_dtype())
+
+    # -- reading ------------------------------------------------------------------------------------
+    def metrics(self, epoch: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(callback, logger, progress bar) metrics: step values, or epoch values when ``epoch``."""
+        callback: dict[str, Any] = {}
+        log: dict[str, Any] = {}
+        pbar: dict[str, Any] = {}
+        sync = self.sync
+        for result in self.items.values():
+            meta = result.meta
+            if epoch:
+                if not meta.on_epoch or not result.updated:
+                    continue
+                value = result.compute(sync)
+                forked = meta.epoch_name
+            else:
+                if not meta.on_step or result.step_value is None:
+                    continue
+                value = result.step(sync)
+                forked = meta.step_name
+            if value is None:
+                continue
+            callback[forked] = value
+            callback[meta.display_name] = value
+            if meta.logger:
+                log[forked] = value
+            if meta.prog_bar:
+                pbar[forked] = value
+        return callback, log, pbar
+
+    def reset(self) -> None:
+        for result in self.items.values():
+            if result.metric is not None and result.meta.on_epoch:
+                result.metric.reset()
+        self.items.clear()
+        self.batch = None
+        self._batch_size = None
+        self.dataloader_idx = None
+
+
+def to_scalars(metrics: dict[str, Any]) -> dict[str, float]:
+    """Python numbers for loggers and the progress bar. This is a host-device sync point."""
+    out: dict[str, float] = {}
+    for k, v in metrics.items():
+        out[k] = v.item() if isinstance(v, torch.Tensor) else v
+    return out
+
+
+class MetricsHub:
+    """The trainer's view of logged values: ``callback_metrics``, ``logged_metrics``, ``progress_bar_metrics``.
+
+    Dict updates hold tensor references (no sync); loggers get Python numbers only every
+    ``log_every_n_steps`` and at epoch ends.
+    """
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.epoch_end = False
+        self.callback: dict[str, Any] = {}
+        self.logged: dict[str, Any] = {}
+        self.pbar: dict[str, Any] = {}
+        self._eval_steps: dict[str, int] = {}
+
+    def reset(self) -> None:
+        self.callback = {}
+        self.logged = {}
+        self.pbar = {}
+
+    def current_callback_metrics(self) -> dict[str, Any]:
+        results = self.trainer._results
+        if results is not None and results.items:
+            callback, _, _ = results.metrics(epoch=self.epoch_end)
+            self.callback.update(callback)
+        return self.callback
+
+    def current_pbar_metrics(self) -> dict[str, Any]:
+        results = self.trainer._results
+        if results is not None and results.items:
+            _, _, pbar = results.metrics(epoch=self.epoch_end)
+            self.pbar.update(pbar)
+        return self.pbar
+
+    # -- write points ------------------------------------------------------------------------------------
+    def _update(self, results: ResultCollection, epoch: bool) -> dict[str, Any]:
+        callback, log, pbar = results.metrics(epoch=epoch)
+        self.callback.update(callback)
+        self.pbar.update(pbar)
+        return log
+
+    def should_log_step(self) -> bool:
+        trainer = self.trainer
+        every = trainer.log_every_n_steps
+        step = trainer._progress.batches_that_stepped + 1
+        return (every > 0 and step % every == 0) or trainer.should_stop
+
+    def on_train_step_end(self, results: ResultCollection) -> None:
+        if not results.items:
+            return
+        log = self._update(results, epoch=False)
+        if log and self.trainer.loggers and self.should_log_step():
+            self.log_metrics(log, step=self.trainer._progress.batches_that_stepped)
+
+    def on_train_epoch_end(self, results: ResultCollection) -> None:
+        if not results.items:
+            return
+        log = self._update(results, epoch=True)
+        if log:
+            # the epoch's values share the step of its last batch
+            self.log_metrics(log, step=self.trainer._progress.batches_that_stepped - 1)
+
+    def on_eval_step_end(self, results: ResultCollection) -> None:
+        if not results.items:
+            return
+        trainer = self.trainer
+        callback, log, pbar = results.metrics(epoch=False)
+        if not callback:
+            return
+        self.callback.update(callback)
+        self.pbar.update(pbar)
+        stage = trainer.state.stage.value if trainer.state.stage is not None else "eval"
+        step = self._eval_steps.get(stage, 0)
+        self._eval_steps[stage] = step + 1
+        if log and not trainer.sanity_checking:
+            self.log_metrics(log, step=step)
+
+    def on_eval_epoch_end(self, results: ResultCollection, num_dataloaders: int) -> list[dict[str, float]]:
+        trainer = self.trainer
+        callback, log, pbar = results.metrics(epoch=True)
+        self.callback.update(callback)
+        self.pbar.update(pbar)
+        if log and not trainer.sanity_checking:
+            fitting = trainer.state.fn is not None and trainer.state.fn.value == "fit"
+            step = trainer._progress.batches_that_stepped if fitting else None
+            self.log_metrics(log, step=step)
+        outputs: list[dict[str, float]] = []
+        if trainer.sanity_checking:
+            return outputs
+        epoch_names = {r.meta.epoch_name for r in results.items.values() if r.meta.on_epoch and r.meta.logger}
+        epoch_values = {k: v for k, v in callback.items() if k in epoch_names}
+        for idx in range(num_dataloaders):
+            suffix = f"/dataloader_idx_{idx}"
+            per_dl = {
+                k: v
+                for k, v in epoch_values.items()
+                if "/dataloader_idx_" not in k or k.endswith(suffix)
+            }
+            outputs.append(to_scalars(per_dl))
+        return outputs
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Send metrics to every logger; converts tensors to numbers (a host-device sync point)."""
+        trainer = self.trainer
+        scalars = to_scalars(metrics)
+        if step is None:
+            step = int(scalars.pop("step", trainer._progress.batches_that_stepped))
+        self.logged.update(scalars)
+        if not trainer.loggers:
+            return
+        scalars.setdefault("epoch", trainer.current_epoch)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics=scalars, step=step)
+            logger.save()

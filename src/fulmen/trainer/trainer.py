@@ -1,0 +1,778 @@
+"""The ``Trainer``: owns the run's state and drives fit / validate / test / predict."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fulmen.accelerators import Accelerator, select_accelerator
+from fulmen.callbacks.callback import Callback
+from fulmen.core.datamodule import LightningDataModule
+from fulmen.core.module import LightningModule, unwrap_compiled
+from fulmen.core.optimizers import LRSchedulerConfig, parse_configure_optimizers
+from fulmen.loops.evaluation import EvaluationLoop, PredictionLoop
+from fulmen.loops.fit import FitLoop
+from fulmen.precision import Precision, normalize_precision, select_precision
+from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
+from fulmen.trainer.config import parse_loop_flags
+from fulmen.trainer.data import TrainerData, step_overridden
+from fulmen.trainer.hooks import HookDispatcher
+from fulmen.trainer.logging import MetricsHub, ResultCollection, to_scalars
+from fulmen.trainer.state import FitProgress, RunningStage, TrainerFn, TrainerState, TrainerStatus
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+
+_STRATEGIES = ("auto", "single_device")
+
+
+class Trainer:
+    """Runs a LightningModule: ``fit``, ``validate``, ``test`` and ``predict``.
+
+    Arguments mirror ``lightning.pytorch.Trainer`` (same names and defaults); every flag is validated here,
+    before anything runs.
+    """
+
+    def __init__(
+        self,
+        *,
+        accelerator: str | Accelerator = "auto",
+        strategy: str | Strategy = "auto",
+        devices: list[int] | str | int = "auto",
+        num_nodes: int = 1,
+        precision: Any = None,
+        logger: Any = None,
+        callbacks: list[Callback] | Callback | None = None,
+        fast_dev_run: int | bool = False,
+        max_epochs: int | None = None,
+        min_epochs: int | None = None,
+        max_steps: int = -1,
+        min_steps: int | None = None,
+        max_time: str | datetime.timedelta | dict[str, int] | None = None,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        overfit_batches: int | float = 0.0,
+        val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = 1,
+        num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None,
+        enable_checkpointing: bool | None = None,
+        enable_progress_bar: bool | None = None,
+        enable_model_summary: bool | None = None,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: int | float | None = None,
+        gradient_clip_algorithm: str | None = None,
+        deterministic: bool | str | None = None,
+        benchmark: bool | None = None,
+        inference_mode: bool = True,
+        use_distributed_sampler: bool = True,
+        profiler: Any = None,
+        detect_anomaly: bool = False,
+        barebones: bool = False,
+        plugins: Any = None,
+        sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        default_root_dir: str | Path | None = None,
+        enable_autolog_hparams: bool = True,
+        model_registry: str | None = None,
+    ) -> None:
+        # -- flags, validated once ------------------------------------------------------------------
+        self._loop_config = parse_loop_flags(
+            fast_dev_run=fast_dev_run, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
+            min_steps=min_steps, max_time=max_time, limit_train_batches=limit_train_batches,
+            limit_val_batches=limit_val_batches, limit_test_batches=limit_test_batches,
+            limit_predict_batches=limit_predict_batches, overfit_batches=overfit_batches,
+            val_check_interval=val_check_interval, check_val_every_n_epoch=check_val_every_n_epoch,
+            num_sanity_val_steps=num_sanity_val_steps, log_every_n_steps=log_every_n_steps,
+            accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
+            gradient_clip_algorithm=gradient_clip_algorithm,
+            reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
+        )  # fmt: skip
+        if barebones:
+            _check_barebones(
+                logger=logger, enable_checkpointing=enable_checkpointing, enable_progress_bar=enable_progress_bar,
+                enable_model_summary=enable_model_summary, log_every_n_steps=log_every_n_steps,
+                detect_anomaly=detect_anomaly, profiler=profiler,
+            )  # fmt: skip
+            logger, enable_checkpointing, enable_progress_bar, enable_model_summary = False, False, False, False
+        self.barebones = barebones
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+            raise MisconfigurationException(f"num_nodes={num_nodes!r} must be an int >= 1.")
+        if deterministic not in (None, True, False, "warn"):
+            raise MisconfigurationException(f"deterministic={deterministic!r} must be True, False, 'warn' or None.")
+        if not isinstance(inference_mode, bool):
+            raise MisconfigurationException(f"inference_mode={inference_mode!r} must be a bool.")
+        self._precision_flag = normalize_precision(precision)
+        self.accelerator = select_accelerator(accelerator)
+        self._devices = self.accelerator.parse_devices(devices)
+        self.num_nodes = num_nodes
+        self.strategy = self._select_strategy(strategy)
+        self._deterministic = deterministic
+        self._benchmark = benchmark
+        self._inference_mode = inference_mode
+        self._detect_anomaly = detect_anomaly
+        self.use_distributed_sampler = use_distributed_sampler
+        self.enable_autolog_hparams = enable_autolog_hparams
+        self._default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else None
+        self._enable_checkpointing = enable_checkpointing is not False
+
+        # -- state the trainer owns ---------------------------------------------------------------------
+        self.state = TrainerState()
+        self._progress = FitProgress()
+        self.should_stop = False
+        self.num_training_batches: int | float = float("inf")
+        self.val_check_batch: int | float = float("inf")
+        self.num_sanity_val_batches: list[int | float] = []
+        self.num_val_batches: list[int | float] = []
+        self.num_test_batches: list[int | float] = []
+        self.num_predict_batches: list[int | float] = []
+        self.lightning_module: LightningModule | None = None  # type: ignore[assignment]
+        self.datamodule: LightningDataModule | None = None
+        self._results: ResultCollection | None = None
+        self._metrics = MetricsHub(self)
+        self._hooks = HookDispatcher(self)
+        self._data = TrainerData(self)
+        self.fit_loop = FitLoop(self)
+        self.validate_loop = EvaluationLoop(self, "validation")
+        self.test_loop = EvaluationLoop(self, "test")
+        self.predict_loop = PredictionLoop(self)
+        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
+        self.optimizer_frequencies: list[int] = []
+        self.predictions: Any = None
+
+        # -- callbacks and loggers --------------------------------------------------------------------------
+        from fulmen.trainer.connectors import build_callbacks, build_loggers
+
+        self.callbacks: list[Callback] = build_callbacks(
+            self, callbacks, enable_progress_bar=enable_progress_bar is not False,
+            enable_model_summary=enable_model_summary is not False,
+            enable_checkpointing=self._enable_checkpointing,
+        )  # fmt: skip
+        self.loggers = build_loggers(self, logger)
+
+    # -- construction helpers -----------------------------------------------------------------------------
+    def _select_strategy(self, strategy: str | Strategy) -> Strategy:
+        device = self._devices[0]
+        precision_plugin = select_precision(self._precision_flag, device.type)
+        if isinstance(strategy, Strategy):
+            strategy.accelerator = strategy.accelerator or self.accelerator
+            if type(strategy.precision_plugin) is Precision:  # left at the default: use the flag's
+                strategy.precision_plugin = precision_plugin
+            return strategy
+        if not isinstance(strategy, str) or strategy.lower() not in _STRATEGIES + ("ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "ddp_notebook", "fsdp", "deepspeed"):
+            raise MisconfigurationException(
+                f"strategy={strategy!r} is not supported. Use 'auto' or 'single_device' (or a Strategy instance)."
+            )
+        if strategy.lower() not in _STRATEGIES or len(self._devices) * self.num_nodes > 1:
+            raise MisconfigurationException(
+                f"strategy={strategy!r} with devices={len(self._devices)} and num_nodes={self.num_nodes} needs "
+                "multi-process training, which this version of fulmen does not run yet. Use devices=1, num_nodes=1."
+            )
+        return SingleDeviceStrategy(device=device, accelerator=self.accelerator, precision_plugin=precision_plugin)
+
+    # -- properties users read ------------------------------------------------------------------------------
+    @property
+    def precision(self) -> str:
+        return self.strategy.precision_plugin.name
+
+    @property
+    def precision_plugin(self) -> Precision:
+        return self.strategy.precision_plugin
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        return self.strategy.model
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return self.strategy.optimizers
+
+    @optimizers.setter
+    def optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.strategy.setup_optimizers(list(optimizers))
+        self._wire_optimizers()
+
+    @property
+    def global_step(self) -> int:
+        return self._progress.global_step
+
+    @property
+    def current_epoch(self) -> int:
+        return self._progress.current_epoch
+
+    @property
+    def is_last_batch(self) -> bool:
+        return self.fit_loop.epoch_loop.is_last_batch
+
+    @property
+    def max_epochs(self) -> int:
+        return self._loop_config.max_epochs
+
+    @property
+    def min_epochs(self) -> int | None:
+        return self._loop_config.min_epochs
+
+    @property
+    def max_steps(self) -> int:
+        return self._loop_config.max_steps
+
+    @property
+    def min_steps(self) -> int | None:
+        return self._loop_config.min_steps
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self._loop_config.accumulate_grad_batches
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        self._loop_config.accumulate_grad_batches = value
+
+    @property
+    def gradient_clip_val(self) -> int | float | None:
+        return self._loop_config.gradient_clip_val
+
+    @property
+    def gradient_clip_algorithm(self) -> str | None:
+        return self._loop_config.gradient_clip_algorithm
+
+    @property
+    def log_every_n_steps(self) -> int:
+        return self._loop_config.log_every_n_steps
+
+    @property
+    def val_check_interval(self) -> int | float:
+        return self._loop_config.val_check_interval
+
+    @property
+    def check_val_every_n_epoch(self) -> int | None:
+        return self._loop_config.check_val_every_n_epoch
+
+    @property
+    def num_sanity_val_steps(self) -> int | float:
+        return self._loop_config.num_sanity_val_steps
+
+    @property
+    def fast_dev_run(self) -> int | bool:
+        return self._loop_config.fast_dev_run
+
+    @property
+    def limit_train_batches(self) -> int | float:
+        return self._loop_config.limit_train_batches
+
+    @property
+    def limit_val_batches(self) -> int | float:
+        return self._loop_config.limit_val_batches
+
+    @property
+    def limit_test_batches(self) -> int | float:
+        return self._loop_config.limit_test_batches
+
+    @property
+    def limit_predict_batches(self) -> int | float:
+        return self._loop_config.limit_predict_batches
+
+    @property
+    def reload_dataloaders_every_n_epochs(self) -> int:
+        return self._loop_config.reload_dataloaders_every_n_epochs
+
+    @property
+    def max_time(self) -> datetime.timedelta | None:
+        return self._loop_config.max_time
+
+    @property
+    def callback_metrics(self) -> dict[str, Any]:
+        return self._metrics.current_callback_metrics()
+
+    @property
+    def logged_metrics(self) -> dict[str, Any]:
+        return self._metrics.logged
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """Values shown by the progress bar, as numbers (reading this is a host-device sync point)."""
+        return to_scalars(self._metrics.current_pbar_metrics())
+
+    @property
+    def world_size(self) -> int:
+        return self.strategy.world_size
+
+    @property
+    def global_rank(self) -> int:
+        return self.strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.strategy.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        return self.strategy.node_rank
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.strategy.is_global_zero
+
+    @property
+    def num_devices(self) -> int:
+        return len(self._devices)
+
+    @property
+    def device_ids(self) -> list[int]:
+        return [d.index or 0 for d in self._devices]
+
+    @property
+    def interrupted(self) -> bool:
+        return self.state.status == TrainerStatus.INTERRUPTED
+
+    @property
+    def training(self) -> bool:
+        return self.state.stage == RunningStage.TRAINING
+
+    @property
+    def sanity_checking(self) -> bool:
+        return self.state.stage == RunningStage.SANITY_CHECKING
+
+    @property
+    def validating(self) -> bool:
+        return self.state.stage == RunningStage.VALIDATING
+
+    @property
+    def testing(self) -> bool:
+        return self.state.stage == RunningStage.TESTING
+
+    @property
+    def predicting(self) -> bool:
+        return self.state.stage == RunningStage.PREDICTING
+
+    @property
+    def default_root_dir(self) -> str:
+        return self._default_root_dir if self._default_root_dir is not None else os.getcwd()
+
+    @property
+    def logger(self) -> Any:
+        return self.loggers[0] if self.loggers else None
+
+    @logger.setter
+    def logger(self, logger: Any) -> None:
+        self.loggers = [logger] if logger is not None else []
+
+    @property
+    def log_dir(self) -> str | None:
+        if not self.loggers:
+            return self.default_root_dir
+        logger = self.loggers[0]
+        return getattr(logger, "log_dir", None) or logger.save_dir or self.default_root_dir
+
+    @property
+    def progress_bar_callback(self) -> Callback | None:
+        from fulmen.callbacks.progress import ProgressBar
+
+        return next((cb for cb in self.callbacks if isinstance(cb, ProgressBar)), None)
+
+    @property
+    def early_stopping_callback(self) -> Callback | None:
+        callbacks = self.early_stopping_callbacks
+        return callbacks[0] if callbacks else None
+
+    @property
+    def early_stopping_callbacks(self) -> list[Callback]:
+        from fulmen.callbacks.early_stopping import EarlyStopping
+
+        return [cb for cb in self.callbacks if isinstance(cb, EarlyStopping)]
+
+    @property
+    def checkpoint_callbacks(self) -> list[Callback]:
+        return [cb for cb in self.callbacks if getattr(cb, "_is_checkpoint_callback", False)]
+
+    @property
+    def checkpoint_callback(self) -> Callback | None:
+        callbacks = self.checkpoint_callbacks
+        return callbacks[0] if callbacks else None
+
+    @property
+    def train_dataloader(self) -> Any:
+        return self.fit_loop._train_dataloader
+
+    @property
+    def val_dataloaders(self) -> Any:
+        loaders = self._data.val_dataloaders
+        if loaders is None:
+            return None
+        return loaders[0] if len(loaders) == 1 else loaders
+
+    @property
+    def estimated_stepping_batches(self) -> int | float:
+        """Optimizer steps the whole fit is expected to take (for schedulers like OneCycleLR)."""
+        cfg = self._loop_config
+        if cfg.max_epochs == -1:
+            return float("inf") if cfg.max_steps == -1 else cfg.max_steps
+        if self.fit_loop._train_dataloader is None:
+            self.fit_loop.setup_data()
+        total = self.num_training_batches
+        if total == float("inf"):
+            return cfg.max_steps if cfg.max_steps != -1 else float("inf")
+        estimate = math.ceil(total / self.accumulate_grad_batches) * max(cfg.max_epochs, 1)
+        return min(estimate, cfg.max_steps) if cfg.max_steps != -1 else estimate
+
+    # -- entry points ---------------------------------------------------------------------------------------
+    def fit(
+        self,
+        model: LightningModule,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        datamodule: LightningDataModule | None = None,
+        ckpt_path: str | Path | None = None,
+    ) -> None:
+        """Train ``model``; validation runs as ``val_check_interval`` / ``check_val_every_n_epoch`` say."""
+        if isinstance(train_dataloaders, LightningDataModule):
+            datamodule, train_dataloaders = train_dataloaders, None
+        if datamodule is not None and (train_dataloaders is not None or val_dataloaders is not None):
+            raise MisconfigurationException(
+                "trainer.fit() got both dataloaders and a datamodule. Pass one or the other."
+            )
+        model = self._attach(model, datamodule, TrainerFn.FITTING)
+        self._data.attach(train=train_dataloaders, val=val_dataloaders)
+        self._run(model, TrainerFn.FITTING, ckpt_path)
+
+    def validate(
+        self,
+        model: LightningModule | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | Path | None = None,
+        verbose: bool = True,
+        datamodule: LightningDataModule | None = None,
+    ) -> list[dict[str, float]]:
+        """Run one validation epoch; returns the epoch metrics per dataloader."""
+        return self._evaluate(model, dataloaders, ckpt_path, verbose, datamodule, TrainerFn.VALIDATING)
+
+    def test(
+        self,
+        model: LightningModule | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | Path | None = None,
+        verbose: bool = True,
+        datamodule: LightningDataModule | None = None,
+    ) -> list[dict[str, float]]:
+        """Run one test epoch; returns the epoch metrics per dataloader."""
+        return self._evaluate(model, dataloaders, ckpt_path, verbose, datamodule, TrainerFn.TESTING)
+
+    def predict(
+        self,
+        model: LightningModule | None = None,
+        dataloaders: Any = None,
+        datamodule: LightningDataModule | None = None,
+        return_predictions: bool | None = None,
+        ckpt_path: str | Path | None = None,
+    ) -> Any:
+        """Run ``predict_step`` over the predict dataloaders; returns the outputs (a list per dataloader)."""
+        if isinstance(dataloaders, LightningDataModule):
+            datamodule, dataloaders = dataloaders, None
+        model = self._attach(model, datamodule, TrainerFn.PREDICTING)
+        self._data.attach(predict=dataloaders)
+        self._return_predictions = True if return_predictions is None else return_predictions
+        return self._run(model, TrainerFn.PREDICTING, ckpt_path)
+
+    def _evaluate(
+        self, model: LightningModule | None, dataloaders: Any, ckpt_path: Any, verbose: bool,
+        datamodule: LightningDataModule | None, fn: TrainerFn,
+    ) -> list[dict[str, float]]:  # fmt: skip
+        if isinstance(dataloaders, LightningDataModule):
+            datamodule, dataloaders = dataloaders, None
+        model = self._attach(model, datamodule, fn)
+        stage = "val" if fn == TrainerFn.VALIDATING else "test"
+        self._data.attach(**{stage: dataloaders})
+        self._verbose = verbose
+        return self._run(model, fn, ckpt_path)  # type: ignore[no-any-return]
+
+    def _attach(self, model: LightningModule | None, datamodule: LightningDataModule | None, fn: TrainerFn) -> LightningModule:
+        if model is None:
+            model = self.lightning_module
+            if model is None:
+                raise MisconfigurationException(
+                    f"trainer.{fn.value}() needs a model: pass it as the first argument (no earlier fit() "
+                    "attached one)."
+                )
+        model = unwrap_compiled(model)
+        if not isinstance(model, LightningModule):
+            raise TypeError(
+                f"trainer.{fn.value}() requires a LightningModule, got {type(model).__name__}. Subclass "
+                "fulmen.LightningModule (or pass torch.compile(your_lightning_module))."
+            )
+        if datamodule is not None and not isinstance(datamodule, LightningDataModule):
+            raise TypeError(f"datamodule must be a LightningDataModule, got {type(datamodule).__name__}.")
+        self.datamodule = datamodule
+        if datamodule is not None:
+            datamodule.trainer = self
+        return model
+
+    # -- the run ---------------------------------------------------------------------------------------
+    def _run(self, model: LightningModule, fn: TrainerFn, ckpt_path: Any) -> Any:
+        self.state.fn = fn
+        self.state.status = TrainerStatus.RUNNING
+        self.should_stop = False
+        self.lightning_module = model
+        model.trainer = self
+        self.strategy.connect(model)
+        self._hooks.reset()
+        self._configure_callbacks(model)
+        self._hooks.reset()
+        if ckpt_path is not None:
+            raise MisconfigurationException(
+                f"ckpt_path={ckpt_path!r}: resuming from checkpoints is not available in this version of fulmen."
+            )
+        self._check_model(model, fn)
+        try:
+            self._setup_run(model, fn)
+            if fn == TrainerFn.FITTING:
+                result = self._run_fit()
+            elif fn == TrainerFn.PREDICTING:
+                result = self._run_predict()
+            else:
+                result = self._run_evaluate(fn)
+            self._teardown(fn)
+            self.state.status = TrainerStatus.FINISHED
+            self.state.stage = None
+            return result
+        except BaseException as exception:
+            self.state.status = TrainerStatus.INTERRUPTED
+            self._hooks.call_callbacks("on_exception", exception)
+            if isinstance(exception, KeyboardInterrupt):
+                rank_zero_warn("Detected KeyboardInterrupt, attempting graceful shutdown ...")
+                self._teardown(fn, interrupted=True)
+                return None
+            self._teardown(fn, interrupted=True)
+            raise
+
+    def _configure_callbacks(self, model: LightningModule) -> None:
+        from fulmen.trainer.connectors import attach_model_callbacks
+
+        extra = self._hooks.call_module("configure_callbacks")
+        self.callbacks = attach_model_callbacks(self.callbacks, extra)
+
+    def _check_model(self, model: LightningModule, fn: TrainerFn) -> None:
+        if fn == TrainerFn.FITTING:
+            if not step_overridden(model, "train"):
+                raise MisconfigurationException(
+                    f"{type(model).__name__} has no `training_step()`; trainer.fit() needs one. Implement "
+                    "training_step(self, batch, batch_idx) and return the loss."
+                )
+            if model.automatic_optimization and not self._hooks.module_overrides("configure_optimizers"):
+                raise MisconfigurationException(
+                    f"{type(model).__name__} has no `configure_optimizers()`; trainer.fit() needs one to know "
+                    "what to optimise. Return e.g. torch.optim.Adam(self.parameters())."
+                )
+            if not self._data.has_source("train"):
+                raise MisconfigurationException(
+                    "No training data: pass `train_dataloaders` to trainer.fit(), give a datamodule with "
+                    "`train_dataloader()`, or implement `train_dataloader()` in your LightningModule."
+                )
+            if not model.automatic_optimization:
+                if self.accumulate_grad_batches != 1:
+                    raise MisconfigurationException(
+                        f"Trainer(accumulate_grad_batches={self.accumulate_grad_batches}) does nothing under "
+                        "manual optimization (automatic_optimization=False). Accumulate in training_step "
+                        "yourself and remove the flag."
+                    )
+                if self.gradient_clip_val:
+                    raise MisconfigurationException(
+                        f"Trainer(gradient_clip_val={self.gradient_clip_val}) does nothing under manual "
+                        "optimization. Call self.clip_gradients(opt, gradient_clip_val=...) in training_step "
+                        "and remove the flag."
+                    )
+            if self._data.has_source("val") and not step_overridden(model, "val"):
+                rank_zero_warn("Validation data was given but the module has no `validation_step()`: validation is skipped.")
+        elif fn == TrainerFn.VALIDATING and not step_overridden(model, "val"):
+            raise MisconfigurationException(
+                f"trainer.validate() needs `validation_step()` in {type(model).__name__}."
+            )
+        elif fn == TrainerFn.TESTING and not step_overridden(model, "test"):
+            raise MisconfigurationException(f"trainer.test() needs `test_step()` in {type(model).__name__}.")
+        elif fn == TrainerFn.PREDICTING and not self._data.has_source("predict"):
+            raise MisconfigurationException(
+                "No predict data: pass `dataloaders` to trainer.predict(), give a datamodule with "
+                "`predict_dataloader()`, or implement `predict_dataloader()`."
+            )
+
+    def _setup_run(self, model: LightningModule, fn: TrainerFn) -> None:
+        if self._deterministic is not None:
+            torch.use_deterministic_algorithms(bool(self._deterministic), warn_only=self._deterministic == "warn")
+            if self._deterministic:
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if self._benchmark is not None or self._deterministic:
+            torch.backends.cudnn.benchmark = bool(self._benchmark) and not self._deterministic
+        torch.autograd.set_detect_anomaly(self._detect_anomaly)
+        hooks = self._hooks
+        self.strategy.setup_environment()
+        if self.datamodule is not None:
+            hooks.call_datamodule("prepare_data")
+        hooks.call_module("prepare_data")
+        stage = fn.value
+        if self.datamodule is not None:
+            hooks.call_datamodule("setup", stage=stage)
+        hooks.call_callbacks("setup", stage=stage)
+        hooks.call_module("setup", stage=stage)
+        hooks.call_module("configure_sharded_model")
+        hooks.call_module("configure_model")
+        self.strategy.setup(self)
+        if fn == TrainerFn.FITTING:
+            optimizers, configs, frequencies, _ = parse_configure_optimizers(hooks.call_module("configure_optimizers"))
+            if len(optimizers) > 1 and model.automatic_optimization:
+                raise MisconfigurationException(
+                    f"configure_optimizers returned {len(optimizers)} optimizers, which automatic optimization "
+                    "steps one at a time only with `optimizer_idx` in training_step. Set "
+                    "`self.automatic_optimization = False` and step them yourself in training_step."
+                )
+            self.strategy.setup_optimizers(optimizers)
+            self.lr_scheduler_configs = configs
+            self.optimizer_frequencies = frequencies
+            self._wire_optimizers()
+        if self.loggers and self.enable_autolog_hparams and fn == TrainerFn.FITTING:
+            self._log_hyperparams(model)
+
+    def _wire_optimizers(self) -> None:
+        def count_step() -> None:
+            self._progress.global_step += 1
+
+        for opt in self.strategy._lightning_optimizers:
+            opt._on_after_step = count_step
+
+    def _log_hyperparams(self, model: LightningModule) -> None:
+        hparams: dict[str, Any] = {}
+        if model._log_hyperparams:
+            hparams.update(model.hparams_initial)
+        if self.datamodule is not None and self.datamodule._log_hyperparams:
+            hparams.update(self.datamodule.hparams_initial)
+        for logger in self.loggers:
+            if hparams:
+                logger.log_hyperparams(hparams)
+            if hasattr(logger, "log_graph"):
+                logger.log_graph(model)
+            logger.save()
+
+    def _run_fit(self) -> None:
+        hooks = self._hooks
+        self.state.stage = RunningStage.TRAINING
+        hooks.call_callbacks("on_fit_start")
+        hooks.call_module("on_fit_start")
+        self._run_sanity_check()
+        self.state.stage = RunningStage.TRAINING
+        self.fit_loop.run()
+        hooks.call_callbacks("on_fit_end")
+        hooks.call_module("on_fit_end")
+
+    def _run_sanity_check(self) -> None:
+        steps = self.num_sanity_val_steps
+        if steps == 0 or not self._data.validation_enabled():
+            return
+        loaders, counts = self._data.fit_val_dataloaders()
+        counts = [min(steps, c) for c in counts]
+        self.num_sanity_val_batches = counts
+        if sum(counts) == 0:
+            return
+        stage = self.state.stage
+        self.state.stage = RunningStage.SANITY_CHECKING
+        hooks = self._hooks
+        hooks.call_callbacks("on_sanity_check_start")
+        self.validate_loop.run(loaders, counts, in_fit=True)
+        hooks.call_callbacks("on_sanity_check_end")
+        # values logged during the sanity check must not reach callbacks or loggers
+        self._metrics.reset()
+        self.state.stage = stage
+
+    def _run_validation_in_fit(self) -> None:
+        loaders, counts = self._data.fit_val_dataloaders()
+        self.num_val_batches = counts
+        self.state.stage = RunningStage.VALIDATING
+        self.validate_loop.run(loaders, counts, in_fit=True)
+        self.state.stage = RunningStage.TRAINING
+        self._results = self.fit_loop.results
+
+    def _run_evaluate(self, fn: TrainerFn) -> list[dict[str, float]]:
+        stage = "val" if fn == TrainerFn.VALIDATING else "test"
+        self.state.stage = RunningStage.VALIDATING if stage == "val" else RunningStage.TESTING
+        loaders, counts = self._data.request_eval_dataloaders(stage)
+        if stage == "val":
+            self.num_val_batches = counts
+            self._data.val_dataloaders = loaders
+            loop = self.validate_loop
+        else:
+            self.num_test_batches = counts
+            loop = self.test_loop
+        self._metrics.reset()
+        results = loop.run(loaders, counts, in_fit=False)
+        if getattr(self, "_verbose", True) and self.is_global_zero and results:
+            _print_results(results, "Validate" if stage == "val" else "Test")
+        return results
+
+    def _run_predict(self) -> Any:
+        self.state.stage = RunningStage.PREDICTING
+        loaders, counts = self._data.request_eval_dataloaders("predict")
+        self.num_predict_batches = counts
+        self.predictions = self.predict_loop.run(loaders, counts, self._return_predictions)
+        return self.predictions
+
+    def _teardown(self, fn: TrainerFn, interrupted: bool = False) -> None:
+        stage = fn.value
+        hooks = self._hooks
+        if self.datamodule is not None:
+            hooks.call_datamodule("teardown", stage=stage)
+        hooks.call_callbacks("teardown", stage=stage)
+        hooks.call_module("teardown", stage=stage)
+        self.fit_loop.teardown()
+        for logger in self.loggers:
+            logger.finalize("success" if not interrupted else "failed")
+        self.strategy.teardown()
+        self._results = None
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        if self.is_global_zero:
+            print(*args, **kwargs)
+
+
+def _check_barebones(**flags: Any) -> None:
+    bad = {
+        "logger": flags["logger"] not in (None, False),
+        "enable_checkpointing": bool(flags["enable_checkpointing"]),
+        "enable_progress_bar": bool(flags["enable_progress_bar"]),
+        "enable_model_summary": bool(flags["enable_model_summary"]),
+        "log_every_n_steps": flags["log_every_n_steps"] not in (None, 0),
+        "detect_anomaly": bool(flags["detect_anomaly"]),
+        "profiler": flags["profiler"] is not None,
+    }
+    for name, is_bad in bad.items():
+        if is_bad:
+            raise MisconfigurationException(
+                f"Trainer(barebones=True) turns off features that cost time, but {name}={flags[name]!r} "
+                f"asks for one. Remove {name} or set barebones=False."
+            )
+
+
+def _print_results(results: list[dict[str, float]], title: str) -> None:
+    rows = sorted({k for r in results for k in r})
+    if not rows:
+        return
+    headers = [f"{title} metric", *[f"DataLoader {i}" for i in range(len(results))]]
+    table = [[k, *[f"{r[k]:.6g}" if k in r else "" for r in results]] for k in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *table)]
+    line = "-" * (sum(widths) + 3 * (len(widths) - 1))
+    print(line)
+    print(" | ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    print(line)
+    for row in table:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+    print(line)
+
+
+def _iterable(value: Any) -> bool:
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes))
+
+
+__all__ = ["Trainer", "rank_zero_info"]

@@ -1,0 +1,66 @@
+"""Apply a function to every tensor inside nested collections (moving batches between devices)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+
+def apply_to_collection(data: Any, dtype: type | tuple[type, ...], function: Callable[..., Any]) -> Any:
+    """Return ``data`` with ``function`` applied to every element of type ``dtype``, structure kept."""
+    if isinstance(data, dtype):
+        return function(data)
+    if isinstance(data, Mapping):
+        return type(data)({k: apply_to_collection(v, dtype, function) for k, v in data.items()})  # type: ignore[call-arg]
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(apply_to_collection(v, dtype, function) for v in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(apply_to_collection(v, dtype, function) for v in data)
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        changes = {
+            f.name: apply_to_collection(getattr(data, f.name), dtype, function)
+            for f in dataclasses.fields(data)
+            if f.init
+        }
+        return dataclasses.replace(data, **changes)
+    return data
+
+
+def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
+    """Move every tensor (or object with ``.to``) in ``batch`` to ``device``.
+
+    ``non_blocking`` is used for CUDA targets so the copy overlaps compute: the host does not wait.
+    """
+    if isinstance(device, str):
+        device = torch.device(device)
+    non_blocking = isinstance(device, torch.device) and device.type == "cuda"
+
+    def to(t: torch.Tensor) -> torch.Tensor:
+        if t.device == device:
+            return t
+        return t.to(device, non_blocking=non_blocking)
+
+    if isinstance(batch, torch.Tensor):
+        return to(batch)
+
+    def move_any(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return to(x)
+        moved = x.to(device)
+        return x if moved is None else moved
+
+    return apply_to_collection(batch, _Movable, move_any)
+
+
+class _MovableMeta(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, torch.Tensor) or (
+            callable(getattr(obj, "to", None)) and not isinstance(obj, (type, Sequence, Mapping, torch.nn.Module))
+        )
+
+
+class _Movable(metaclass=_MovableMeta):
+    """Matches tensors and objects exposing ``.to(device)``."""

@@ -1,0 +1,114 @@
+"""Hyper-parameter containers and collection of a constructor's arguments."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import types
+from collections.abc import Sequence
+from typing import Any
+
+
+class AttributeDict(dict):  # type: ignore[type-arg]
+    """A dict whose keys are also attributes: ``hparams.lr`` is ``hparams["lr"]``."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError as exp:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{key}'") from exp
+
+    def __setattr__(self, key: str, val: Any) -> None:
+        self[key] = val
+
+    def __delattr__(self, item: str) -> None:
+        if item not in self:
+            raise KeyError(item)
+        del self[item]
+
+    def __repr__(self) -> str:
+        if not self:
+            return ""
+        width = max(len(str(k)) for k in self)
+        return "\n".join(f'"{k}":'.ljust(width + 3) + f" {v!r}" for k, v in sorted(self.items(), key=lambda kv: str(kv[0])))
+
+
+def _init_frame(obj: object, frame: types.FrameType | None) -> types.FrameType | None:
+    """Walk up from ``frame`` to the outermost ``__init__`` of ``obj`` (subclass inits call super())."""
+    found = None
+    while frame is not None:
+        if frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj:
+            found = frame
+        frame = frame.f_back
+    return found
+
+
+def collect_init_args(obj: object, frame: types.FrameType | None) -> dict[str, Any]:
+    """Arguments of the outermost ``__init__`` of ``obj`` found on the stack, ``**kwargs`` flattened."""
+    init_frame = _init_frame(obj, frame)
+    if init_frame is None:
+        return {}
+    code = init_frame.f_code
+    local_vars = init_frame.f_locals
+    n_args = code.co_argcount + code.co_kwonlyargcount
+    names = list(code.co_varnames[:n_args])
+    args: dict[str, Any] = {}
+    for name in names:
+        if name == "self" or name == "__class__":
+            continue
+        if name in local_vars:
+            args[name] = local_vars[name]
+    flags = code.co_flags
+    idx = n_args
+    if flags & inspect.CO_VARARGS:
+        idx += 1  # *args cannot be named; skipped like Lightning does
+    if flags & inspect.CO_VARKEYWORDS:
+        kw_name = code.co_varnames[idx]
+        args.update(local_vars.get(kw_name, {}) or {})
+    return args
+
+
+def save_hyperparameters(
+    obj: Any,
+    *args: Any,
+    ignore: Sequence[str] | str | None = None,
+    frame: types.FrameType | None = None,
+    given_hparams: dict[str, Any] | None = None,
+) -> None:
+    """Store constructor arguments (all, or those named in ``args``) in ``obj._hparams``."""
+    if len(args) == 1 and not isinstance(args[0], str):
+        hp = args[0]
+        if isinstance(hp, types.SimpleNamespace):
+            hp = vars(hp)
+        if isinstance(hp, dict):
+            hparams = dict(hp)
+        elif hasattr(hp, "__dict__"):
+            hparams = dict(vars(hp))
+        else:
+            raise ValueError(
+                f"save_hyperparameters() got a {type(hp).__name__}; pass argument names as strings, "
+                "or one dict / Namespace of hyper-parameters."
+            )
+        obj._hparams_name = None
+    else:
+        init_args = given_hparams if given_hparams is not None else collect_init_args(obj, frame)
+        if args:
+            missing = [a for a in args if a not in init_args]
+            if missing:
+                raise ValueError(
+                    f"save_hyperparameters({', '.join(map(repr, args))}): {missing} are not arguments of "
+                    f"{type(obj).__name__}.__init__. Available: {sorted(init_args)}."
+                )
+            hparams = {k: init_args[k] for k in args}
+        else:
+            hparams = dict(init_args)
+        obj._hparams_name = "kwargs" if hparams else None
+    if isinstance(ignore, str):
+        ignore = [ignore]
+    for key in ignore or ():
+        hparams.pop(key, None)
+    obj._set_hparams(hparams)
+    try:
+        obj._hparams_initial = copy.deepcopy(obj._hparams)
+    except Exception:  # un-copyable values (open files, modules): keep a shallow copy
+        obj._hparams_initial = copy.copy(obj._hparams)

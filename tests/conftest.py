@@ -1,0 +1,18 @@
+import os
+import warnings
+
+import pytest
+import torch
+
+# one thread: deterministic, and fair to the 2-core CI machine
+torch.set_num_threads(1)
+os.environ.setdefault("PYTHONHASHSEED", "0")
+warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+warnings.filterwarnings("ignore", message=".*num_workers=0.*")
+
+
+@pytest.fixture(autouse=True)
+def _isolate_cwd(tmp_path, monkeypatch):
+    """Runs write their logs under a fresh directory, never the repository."""
+    monkeypatch.chdir(tmp_path)
+    yield
