@@ -156,14 +156,13 @@ class TQDMProgressBar(ProgressBar):
             self.val_progress_bar.close()
             self.val_progress_bar = None
 
-    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
-        self._eval_start(trainer, "Sanity Checking", trainer.num_sanity_val_batches)
-
     def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
         self._eval_end()
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-        if not trainer.sanity_checking:
+        if trainer.sanity_checking:
+            self._eval_start(trainer, "Sanity Checking", trainer.num_sanity_val_batches)
+        else:
             self._eval_start(trainer, "Validation", trainer.num_val_batches)
 
     def on_validation_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:

@@ -89,10 +89,8 @@ class HyperparametersMixin:
     """``save_hyperparameters()`` and the ``hparams`` it fills."""
 
     __jit_unused_properties__: list[str] = ["hparams", "hparams_initial"]
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._log_hyperparams = True
+    # a class default: nn.Module.__init__ does not chain to this mixin's __init__
+    _log_hyperparams: bool = True
 
     def save_hyperparameters(
         self,

@@ -272,7 +272,8 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         fx = self._current_fx_name
         if results is None or fx is None:
             raise MisconfigurationException(
-                f"self.log({name!r}) can only be called from the trainer's step and epoch hooks."
+                f"self.log({name!r}) was called in `{fx}`, where logging is not supported. Log from a step "
+                "or an epoch/batch hook instead (e.g. training_step, on_train_epoch_end)."
             )
         if not isinstance(name, str):
             raise MisconfigurationException(f"self.log(name={name!r}): the name must be a str.")
@@ -353,6 +354,14 @@ def unwrap_compiled(model: Any) -> LightningModule:
         return model  # type: ignore[no-any-return]
     ctx = getattr(model, "dynamo_ctx", None)
     if ctx is not None and orig._compiled_from is None:
-        orig.forward = ctx(orig.forward)  # type: ignore[method-assign]
-    orig._compiled_from = model
+        eager_forward = orig.forward
+
+        # a plain function: handing dynamo the bound method would make it look up `forward` on the
+        # module again, which is this wrapper (infinite recursion)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return eager_forward(*args, **kwargs)
+
+        orig.forward = ctx(forward)  # type: ignore[method-assign]
+    # bypass nn.Module.__setattr__: registering the wrapper as a submodule would make a cycle
+    object.__setattr__(orig, "_compiled_from", model)
     return orig

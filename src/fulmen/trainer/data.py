@@ -97,7 +97,8 @@ class TrainerData:
         return loaders, counts
 
     # -- validation inside fit ------------------------------------------------------------------------
-    def validation_enabled(self) -> bool:
+    def validation_enabled(self, load: bool = True) -> bool:
+        """Whether fit validates; ``load=False`` decides without requesting the dataloaders yet."""
         trainer = self.trainer
         module = trainer.lightning_module
         if module is None or not _overrides(module, "validation_step"):
@@ -107,6 +108,8 @@ class TrainerData:
             return False
         if not self.has_source("val"):
             return False
+        if not load:
+            return True
         loaders, counts = self.fit_val_dataloaders()
         return bool(loaders) and sum(counts) > 0
 

@@ -670,17 +670,15 @@ class Trainer:
 
     def _run_sanity_check(self) -> None:
         steps = self.num_sanity_val_steps
-        if steps == 0 or not self._data.validation_enabled():
-            return
-        loaders, counts = self._data.fit_val_dataloaders()
-        counts = [min(steps, c) for c in counts]
-        self.num_sanity_val_batches = counts
-        if sum(counts) == 0:
+        if steps == 0 or not self._data.validation_enabled(load=False):
             return
         stage = self.state.stage
         self.state.stage = RunningStage.SANITY_CHECKING
         hooks = self._hooks
         hooks.call_callbacks("on_sanity_check_start")
+        loaders, counts = self._data.fit_val_dataloaders()
+        counts = [min(steps, c) for c in counts]
+        self.num_sanity_val_batches = counts
         self.validate_loop.run(loaders, counts, in_fit=True)
         hooks.call_callbacks("on_sanity_check_end")
         # values logged during the sanity check must not reach callbacks or loggers

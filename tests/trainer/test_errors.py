@@ -1,0 +1,165 @@
+"""Every invalid flag or hook return fails early, naming the argument and the value received."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from fulmen import LightningModule, Trainer
+from fulmen.callbacks import EarlyStopping
+from fulmen.demos.boring_classes import BoringModel, RandomDataset
+from fulmen.utilities.exceptions import MisconfigurationException
+
+QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"accelerator": "quantum"}, r"accelerator='quantum'"),
+        ({"accelerator": "tpu"}, r"torch_xla"),
+        ({"precision": "8-bit"}, r"precision='8-bit'"),
+        ({"precision": 12}, r"precision=12"),
+        ({"devices": 0}, r"devices=0"),
+        ({"devices": "x,y"}, r"devices='x,y'"),
+        ({"gradient_clip_algorithm": "nope"}, r"gradient_clip_algorithm='nope'.*'norm' or 'value'"),
+        ({"gradient_clip_val": -1.0}, r"gradient_clip_val=-1.0"),
+        ({"val_check_interval": 1.5}, r"val_check_interval=1.5"),
+        ({"val_check_interval": 0}, r"val_check_interval=0"),
+        ({"max_time": "12 hours"}, r"max_time='12 hours'.*DD:HH:MM:SS"),
+        ({"max_time": {"fortnights": 1}}, r"fortnights"),
+        ({"accumulate_grad_batches": 0}, r"accumulate_grad_batches=0"),
+        ({"limit_train_batches": 1.5}, r"limit_train_batches=1.5"),
+        ({"max_steps": -5}, r"max_steps=-5"),
+        ({"strategy": "magic"}, r"strategy='magic'"),
+        ({"barebones": True, "enable_progress_bar": True}, r"barebones=True.*enable_progress_bar"),
+    ],
+)
+def test_invalid_flags_fail_at_construction(kwargs, match):
+    with pytest.raises(MisconfigurationException, match=match):
+        Trainer(**kwargs)
+
+
+def test_gpu_without_gpu_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU exists here")
+    with pytest.raises(MisconfigurationException, match="accelerator='gpu'.*neither CUDA nor MPS"):
+        Trainer(accelerator="gpu")
+
+
+def test_val_check_interval_larger_than_epoch():
+    trainer = Trainer(val_check_interval=100, max_epochs=1, **QUIET)
+    with pytest.raises(ValueError, match=r"val_check_interval=100.*\(64\)"):
+        trainer.fit(BoringModel())
+
+
+class _Stream(IterableDataset):
+    def __iter__(self):
+        for _ in range(8):
+            yield torch.randn(32)
+
+
+def test_fractional_val_check_with_iterable_dataset():
+    trainer = Trainer(val_check_interval=0.5, max_epochs=1, **QUIET)
+    with pytest.raises(MisconfigurationException, match="IterableDataset"):
+        trainer.fit(BoringModel(), DataLoader(_Stream(), batch_size=2))
+
+
+def test_plateau_without_monitor():
+    class M(BoringModel):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [opt], [torch.optim.lr_scheduler.ReduceLROnPlateau(opt)]
+
+    with pytest.raises(MisconfigurationException, match="ReduceLROnPlateau.*monitor"):
+        Trainer(max_epochs=1, **QUIET).fit(M())
+
+
+def test_plateau_monitoring_a_metric_never_logged():
+    class M(BoringModel):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
+            return {"optimizer": opt, "lr_scheduler": sched, "monitor": "nope"}
+
+    with pytest.raises(MisconfigurationException, match="'nope'.*not logged"):
+        Trainer(max_epochs=1, limit_train_batches=2, **QUIET).fit(M())
+
+
+def test_early_stopping_on_a_metric_never_logged():
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=2, callbacks=[EarlyStopping("nope")], **QUIET)
+    with pytest.raises(RuntimeError, match="monitor='nope'"):
+        trainer.fit(BoringModel())
+
+
+def test_missing_training_step():
+    class M(LightningModule):
+        def configure_optimizers(self):
+            return None
+
+    with pytest.raises(MisconfigurationException, match="training_step"):
+        Trainer(**QUIET).fit(M(), DataLoader(RandomDataset(32, 4)))
+
+
+def test_missing_configure_optimizers():
+    class M(LightningModule):
+        def training_step(self, batch, batch_idx):
+            return batch.sum()
+
+    with pytest.raises(MisconfigurationException, match="configure_optimizers"):
+        Trainer(**QUIET).fit(M(), DataLoader(RandomDataset(32, 4)))
+
+
+def test_missing_train_dataloader():
+    class M(BoringModel):
+        train_dataloader = LightningModule.train_dataloader
+
+    with pytest.raises(MisconfigurationException, match="No training data"):
+        Trainer(**QUIET).fit(M())
+
+
+def test_training_step_dict_without_loss():
+    class M(BoringModel):
+        def training_step(self, batch, batch_idx):
+            return {"not_loss": self.step(batch)}
+
+    with pytest.raises(MisconfigurationException, match="'loss' key"):
+        Trainer(max_epochs=1, **QUIET).fit(M())
+
+
+def test_training_step_bad_return_type():
+    class M(BoringModel):
+        def training_step(self, batch, batch_idx):
+            return "oops"
+
+    with pytest.raises(MisconfigurationException, match="returned a str"):
+        Trainer(max_epochs=1, **QUIET).fit(M())
+
+
+def test_log_non_scalar_tensor():
+    class M(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.log("vec", torch.ones(3))
+            return self.step(batch)
+
+    with pytest.raises(MisconfigurationException, match=r"shape \(3,\)"):
+        Trainer(max_epochs=1, **QUIET).fit(M())
+
+
+def test_log_in_unsupported_hook():
+    class M(BoringModel):
+        def on_fit_start(self):
+            self.log("x", 1.0)
+
+    with pytest.raises(MisconfigurationException, match="on_fit_start"):
+        Trainer(max_epochs=1, **QUIET).fit(M())
+
+
+def test_several_optimizers_under_automatic_optimization():
+    class M(BoringModel):
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1), torch.optim.Adam(self.parameters())
+
+    with pytest.raises(MisconfigurationException, match="manual|optimizer_idx"):
+        Trainer(max_epochs=1, **QUIET).fit(M())

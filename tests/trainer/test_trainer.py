@@ -1,0 +1,204 @@
+"""Trainer behaviour not covered by the parity suite: attributes, logging, data sources, compile."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import fulmen as pl
+from fulmen import Trainer
+from fulmen.callbacks import LearningRateMonitor, Timer
+from fulmen.demos.boring_classes import BoringDataModule, BoringModel, RandomDataset
+from fulmen.loggers import CSVLogger
+
+QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+
+
+def test_trainer_signature_matches_lightning():
+    lightning = pytest.importorskip("lightning.pytorch")
+    ours = inspect.signature(Trainer.__init__).parameters
+    theirs = inspect.signature(lightning.Trainer.__init__).parameters
+    assert list(ours) == list(theirs)
+    for name, param in theirs.items():
+        assert ours[name].default == param.default, name
+
+
+def test_public_api_imports():
+    from fulmen.callbacks import Callback, EarlyStopping, ModelSummary, TQDMProgressBar  # noqa: F401
+    from fulmen.core.optimizer import LightningOptimizer  # noqa: F401
+    from fulmen.demos.boring_classes import BoringModel  # noqa: F401
+    from fulmen.loggers import CSVLogger, Logger, TensorBoardLogger  # noqa: F401
+    from fulmen.strategies import SingleDeviceStrategy  # noqa: F401
+    from fulmen.utilities import rank_zero_only  # noqa: F401
+    from fulmen.utilities.exceptions import MisconfigurationException  # noqa: F401
+
+    assert pl.Trainer and pl.LightningModule and pl.LightningDataModule and pl.seed_everything
+
+
+def test_attributes_after_fit():
+    model = BoringModel()
+    trainer = Trainer(max_epochs=2, limit_train_batches=5, limit_val_batches=2, **QUIET)
+    trainer.fit(model)
+    assert trainer.global_step == 10
+    assert trainer.current_epoch == 2
+    assert trainer.state.finished
+    assert trainer.num_training_batches == 5
+    assert trainer.estimated_stepping_batches == 10
+    assert trainer.world_size == 1 and trainer.global_rank == 0 and trainer.is_global_zero
+    assert model.trainer is trainer and model.global_step == 10
+    assert len(trainer.optimizers) == 1 and len(trainer.lr_scheduler_configs) == 1
+    assert trainer.lr_scheduler_configs[0].interval == "epoch"
+
+
+def test_datamodule_and_validate_test_predict():
+    dm = BoringDataModule()
+    model = BoringModel()
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, **QUIET)
+    trainer.fit(model, datamodule=dm)
+    predictions = trainer.predict(model, datamodule=dm)
+    assert len(predictions) == 64 and predictions[0].shape == (1, 2)
+
+
+def test_validate_returns_metrics_per_dataloader():
+    class M(BoringModel):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("loss", self.step(batch))
+
+    model = M()
+    loaders = [DataLoader(RandomDataset(32, 8)), DataLoader(RandomDataset(32, 4))]
+    out = Trainer(**QUIET).validate(model, loaders, verbose=False)
+    assert len(out) == 2
+    assert set(out[0]) == {"loss/dataloader_idx_0"} and set(out[1]) == {"loss/dataloader_idx_1"}
+
+
+def test_log_epoch_mean_is_weighted_by_batch_size():
+    seen = []
+
+    class M(BoringModel):
+        def validation_step(self, batch, batch_idx):
+            value = torch.tensor(float(batch_idx))
+            seen.append((float(value), batch.shape[0]))
+            self.log("v", value)
+
+    out = Trainer(**QUIET).validate(M(), DataLoader(RandomDataset(32, 10), batch_size=4), verbose=False)
+    expected = sum(v * n for v, n in seen) / sum(n for _, n in seen)
+    assert out[0]["v"] == pytest.approx(expected)
+
+
+def test_csv_logger_step_axis_and_log_every_n_steps(tmp_path):
+    class M(BoringModel):
+        def training_step(self, batch, batch_idx):
+            loss = self.step(batch)
+            self.log("loss", loss)
+            return loss
+
+    logger = CSVLogger(tmp_path)
+    trainer = Trainer(max_epochs=1, limit_train_batches=10, log_every_n_steps=3, logger=logger,
+                      enable_progress_bar=False, limit_val_batches=0)
+    trainer.fit(M())
+    import csv
+
+    rows = list(csv.DictReader(open(os.path.join(logger.log_dir, "metrics.csv"))))
+    assert [int(r["step"]) for r in rows if r["loss"]] == [2, 5, 8]
+    assert trainer.log_dir == logger.log_dir
+
+
+def test_learning_rate_monitor(tmp_path):
+    monitor = LearningRateMonitor(logging_interval="epoch")
+    trainer = Trainer(max_epochs=3, limit_train_batches=2, limit_val_batches=0, logger=CSVLogger(tmp_path),
+                      callbacks=[monitor], enable_progress_bar=False)
+    trainer.fit(BoringModel())
+    assert monitor.lrs["lr-SGD"] == pytest.approx([0.1, 0.01, 0.001])
+
+
+def test_max_time_stops_training():
+    timer = Timer(duration={"seconds": 0}, interval="step")
+    trainer = Trainer(max_epochs=5, callbacks=[timer], **QUIET)
+    trainer.fit(BoringModel())
+    assert trainer.global_step == 1
+
+
+def test_max_time_flag_adds_a_timer():
+    trainer = Trainer(max_time="00:00:00:00", max_epochs=5, **QUIET)
+    assert any(isinstance(cb, Timer) for cb in trainer.callbacks)
+    trainer.fit(BoringModel())
+    assert trainer.global_step == 1
+
+
+def test_reload_dataloaders_every_n_epochs():
+    calls = []
+
+    class M(BoringModel):
+        def train_dataloader(self):
+            calls.append(self.current_epoch)
+            return super().train_dataloader()
+
+    Trainer(max_epochs=4, limit_train_batches=1, limit_val_batches=0, reload_dataloaders_every_n_epochs=2, **QUIET).fit(M())
+    assert calls == [0, 2]
+
+
+def test_on_train_batch_start_minus_one_ends_epoch():
+    class M(BoringModel):
+        def on_train_batch_start(self, batch, batch_idx):
+            return -1 if batch_idx == 3 else None
+
+    trainer = Trainer(max_epochs=2, limit_val_batches=0, **QUIET)
+    trainer.fit(M())
+    assert trainer.global_step == 6
+
+
+def test_buffers_and_device_move_with_module():
+    class M(BoringModel):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("running", torch.zeros(2))
+
+    model = M()
+    model.to(torch.float64)
+    assert model.dtype == torch.float64 and model.running.dtype == torch.float64
+    assert model.device == torch.device("cpu")
+
+
+def test_save_hyperparameters():
+    class M(BoringModel):
+        def __init__(self, lr=0.1, hidden=4, **kwargs):
+            super().__init__()
+            self.save_hyperparameters(ignore="hidden")
+
+    model = M(lr=0.5, extra="x")
+    assert dict(model.hparams) == {"lr": 0.5, "extra": "x"}
+    assert model.hparams.lr == 0.5
+
+
+def test_compiled_module_is_accepted():
+    model = BoringModel()
+    compiled = torch.compile(model, backend="eager")
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, **QUIET)
+    trainer.fit(compiled)
+    assert trainer.lightning_module is model
+    assert trainer.global_step == 2
+    assert set(model.state_dict()) == {"layer.weight", "layer.bias"}
+
+
+def test_progress_bar_and_model_summary_run(capsys):
+    trainer = Trainer(max_epochs=1, limit_train_batches=3, limit_val_batches=2, logger=False)
+    trainer.fit(BoringModel())
+    out = capsys.readouterr().out
+    assert "Trainable params" in out
+    assert "Epoch 0" in out
+
+
+def test_inference_mode_flag():
+    grads = []
+
+    class M(BoringModel):
+        def validation_step(self, batch, batch_idx):
+            grads.append(torch.is_inference_mode_enabled())
+
+    Trainer(inference_mode=False, **QUIET).validate(M(), verbose=False)
+    Trainer(inference_mode=True, **QUIET).validate(M(), verbose=False)
+    assert grads[0] is False and grads[-1] is True
