@@ -71,7 +71,11 @@ class Precision:
         pass
 
     def optimizer_step(
-        self, optimizer: Optimizer, closure: Callable[[], Any], after_closure: Callable[[Optimizer], None], **kwargs: Any
+        self,
+        optimizer: Optimizer,
+        closure: Callable[[], Any],
+        after_closure: Callable[[Optimizer], None],
+        **kwargs: Any,
     ) -> Any:
         def wrapped() -> Any:
             result = closure()
@@ -156,7 +160,11 @@ class MixedPrecision(Precision):
             self._unscaled.add(id(optimizer))
 
     def optimizer_step(
-        self, optimizer: Optimizer, closure: Callable[[], Any], after_closure: Callable[[Optimizer], None], **kwargs: Any
+        self,
+        optimizer: Optimizer,
+        closure: Callable[[], Any],
+        after_closure: Callable[[Optimizer], None],
+        **kwargs: Any,
     ) -> Any:
         if self.scaler is None:
             return super().optimizer_step(optimizer, closure, after_closure, **kwargs)

@@ -84,12 +84,21 @@ def run_scenario(name: str, scenario: dict[str, Any]) -> dict[str, Any]:
                 return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)]
             if sched == "step_interval":
                 s = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)
-                return {"optimizer": opt, "lr_scheduler": {"scheduler": s, "interval": "step", "frequency": opts.get("frequency", 1)}}
+                return {
+                    "optimizer": opt,
+                    "lr_scheduler": {
+                        "scheduler": s,
+                        "interval": "step",
+                        "frequency": opts.get("frequency", 1),
+                    },
+                }
             if sched == "plateau":
                 s = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
                 return {"optimizer": opt, "lr_scheduler": s, "monitor": opts.get("monitor", "val_loss")}
             if sched == "onecycle":
-                s = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.2, total_steps=self.trainer.estimated_stepping_batches)
+                s = torch.optim.lr_scheduler.OneCycleLR(
+                    opt, max_lr=0.2, total_steps=self.trainer.estimated_stepping_batches
+                )
                 return {"optimizer": opt, "lr_scheduler": {"scheduler": s, "interval": "step"}}
             raise ValueError(sched)
 

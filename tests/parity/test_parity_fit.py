@@ -7,14 +7,16 @@ import torch
 
 pytest.importorskip("lightning")
 
-from tests.parity.harness import run_scenario  # noqa: E402
+from tests.parity.harness import run_scenario
 
 SCENARIOS = {
     "plain": {"trainer": {"max_epochs": 2}},
     "adam_dict_output": {"trainer": {"max_epochs": 2}, "module": {"optimizer": "adam", "return_dict": True}},
     "accumulate_3_partial_window": {"n": 56, "trainer": {"max_epochs": 2, "accumulate_grad_batches": 3}},
     "clip_norm": {"trainer": {"max_epochs": 2, "gradient_clip_val": 0.05}},
-    "clip_value": {"trainer": {"max_epochs": 2, "gradient_clip_val": 0.01, "gradient_clip_algorithm": "value"}},
+    "clip_value": {
+        "trainer": {"max_epochs": 2, "gradient_clip_val": 0.01, "gradient_clip_algorithm": "value"}
+    },
     "max_steps_mid_epoch": {"trainer": {"max_steps": 7}},
     "val_check_fraction": {"n": 64, "trainer": {"max_epochs": 2, "val_check_interval": 0.25}},
     "val_check_int": {"n": 80, "trainer": {"max_epochs": 2, "val_check_interval": 3}},

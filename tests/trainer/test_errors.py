@@ -88,7 +88,9 @@ def test_plateau_monitoring_a_metric_never_logged():
 
 
 def test_early_stopping_on_a_metric_never_logged():
-    trainer = Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=2, callbacks=[EarlyStopping("nope")], **QUIET)
+    trainer = Trainer(
+        max_epochs=1, limit_train_batches=2, limit_val_batches=2, callbacks=[EarlyStopping("nope")], **QUIET
+    )
     with pytest.raises(RuntimeError, match="monitor='nope'"):
         trainer.fit(BoringModel())
 

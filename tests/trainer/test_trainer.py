@@ -97,20 +97,33 @@ def test_csv_logger_step_axis_and_log_every_n_steps(tmp_path):
             return loss
 
     logger = CSVLogger(tmp_path)
-    trainer = Trainer(max_epochs=1, limit_train_batches=10, log_every_n_steps=3, logger=logger,
-                      enable_progress_bar=False, limit_val_batches=0)
+    trainer = Trainer(
+        max_epochs=1,
+        limit_train_batches=10,
+        log_every_n_steps=3,
+        logger=logger,
+        enable_progress_bar=False,
+        limit_val_batches=0,
+    )
     trainer.fit(M())
     import csv
 
-    rows = list(csv.DictReader(open(os.path.join(logger.log_dir, "metrics.csv"))))
+    with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
     assert [int(r["step"]) for r in rows if r["loss"]] == [2, 5, 8]
     assert trainer.log_dir == logger.log_dir
 
 
 def test_learning_rate_monitor(tmp_path):
     monitor = LearningRateMonitor(logging_interval="epoch")
-    trainer = Trainer(max_epochs=3, limit_train_batches=2, limit_val_batches=0, logger=CSVLogger(tmp_path),
-                      callbacks=[monitor], enable_progress_bar=False)
+    trainer = Trainer(
+        max_epochs=3,
+        limit_train_batches=2,
+        limit_val_batches=0,
+        logger=CSVLogger(tmp_path),
+        callbacks=[monitor],
+        enable_progress_bar=False,
+    )
     trainer.fit(BoringModel())
     assert monitor.lrs["lr-SGD"] == pytest.approx([0.1, 0.01, 0.001])
 
@@ -137,7 +150,9 @@ def test_reload_dataloaders_every_n_epochs():
             calls.append(self.current_epoch)
             return super().train_dataloader()
 
-    Trainer(max_epochs=4, limit_train_batches=1, limit_val_batches=0, reload_dataloaders_every_n_epochs=2, **QUIET).fit(M())
+    Trainer(
+        max_epochs=4, limit_train_batches=1, limit_val_batches=0, reload_dataloaders_every_n_epochs=2, **QUIET
+    ).fit(M())
     assert calls == [0, 2]
 
 

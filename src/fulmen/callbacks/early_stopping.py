@@ -39,7 +39,9 @@ class EarlyStopping(Callback):
     ) -> None:
         super().__init__()
         if mode not in _MODES:
-            raise MisconfigurationException(f"EarlyStopping(mode={mode!r}) is not supported. Use 'min' or 'max'.")
+            raise MisconfigurationException(
+                f"EarlyStopping(mode={mode!r}) is not supported. Use 'min' or 'max'."
+            )
         if not isinstance(patience, int) or patience < 0:
             raise MisconfigurationException(f"EarlyStopping(patience={patience!r}) must be an int >= 0.")
         self.monitor = monitor
@@ -66,7 +68,9 @@ class EarlyStopping(Callback):
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self._check_on_train_epoch_end is None:
-            self._check_on_train_epoch_end = trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch == 1
+            self._check_on_train_epoch_end = (
+                trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch == 1
+            )
 
     def _skip(self, trainer: Any) -> bool:
         return trainer.state.fn is None or trainer.state.fn.value != "fit" or trainer.sanity_checking
@@ -104,13 +108,20 @@ class EarlyStopping(Callback):
             self.stopped_epoch = trainer.current_epoch
             self.stopping_reason = reason
         if reason and self.verbose:
-            prefix = f"[rank: {trainer.global_rank}] " if trainer.world_size > 1 and not self.log_rank_zero_only else ""
+            prefix = (
+                f"[rank: {trainer.global_rank}] "
+                if trainer.world_size > 1 and not self.log_rank_zero_only
+                else ""
+            )
             rank_zero_info(prefix + reason) if self.log_rank_zero_only else print(prefix + reason)
 
     def _evaluate(self, current: torch.Tensor) -> tuple[bool, str | None]:
         best = self.best_score
         if self.check_finite and not torch.isfinite(current):
-            return True, f"{self.monitor}={current.item()} is not finite (best so far {best.item():.4g}): stopping."
+            return (
+                True,
+                f"{self.monitor}={current.item()} is not finite (best so far {best.item():.4g}): stopping.",
+            )
         if self.stopping_threshold is not None and self.monitor_op(current, self.stopping_threshold):
             return True, (
                 f"{self.monitor}={current.item():.4g} {self._order} stopping_threshold={self.stopping_threshold}: stopping."

@@ -12,7 +12,9 @@ from fulmen.utilities.exceptions import MisconfigurationException
 class LearningRateMonitor(Callback):
     """Logs ``lr-<Optimizer>`` (``/pg<i>`` per parameter group when there are several) to the loggers."""
 
-    def __init__(self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False) -> None:
+    def __init__(
+        self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False
+    ) -> None:
         super().__init__()
         if logging_interval not in (None, "step", "epoch"):
             raise MisconfigurationException(
@@ -72,7 +74,9 @@ class LearningRateMonitor(Callback):
                     momentum = group.get("betas", (group.get("momentum", 0.0),))[0]
                     stats[f"{name}-momentum" + (f"/pg{i + 1}" if len(groups) > 1 else "")] = float(momentum)
                 if self.log_weight_decay and "weight_decay" in group:
-                    stats[f"{name}-weight_decay" + (f"/pg{i + 1}" if len(groups) > 1 else "")] = float(group["weight_decay"])
+                    stats[f"{name}-weight_decay" + (f"/pg{i + 1}" if len(groups) > 1 else "")] = float(
+                        group["weight_decay"]
+                    )
         return stats
 
     def _log(self, trainer: Any, interval: str) -> None:

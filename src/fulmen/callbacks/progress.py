@@ -122,9 +122,13 @@ class TQDMProgressBar(ProgressBar):
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         if self.train_progress_bar is not None:
             self.train_progress_bar.close()
-        self.train_progress_bar = self._bar(f"Epoch {trainer.current_epoch}", trainer.num_training_batches, leave=True)
+        self.train_progress_bar = self._bar(
+            f"Epoch {trainer.current_epoch}", trainer.num_training_batches, leave=True
+        )
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         bar = self.train_progress_bar
         n = batch_idx + 1
         if self._update(bar, n, trainer.num_training_batches):
@@ -144,12 +148,19 @@ class TQDMProgressBar(ProgressBar):
     # -- evaluation -----------------------------------------------------------------------------------
     def _eval_start(self, trainer: Any, desc: str, totals: list[int | float]) -> None:
         total = sum(totals) if totals else None
-        self.val_progress_bar = self._bar(desc, total, leave=self._leave and not trainer.state.fn.value == "fit", position=1 if trainer.state.fn.value == "fit" else 0)
+        fitting = trainer.state.fn is not None and trainer.state.fn.value == "fit"
+        self.val_progress_bar = self._bar(
+            desc, total, leave=self._leave and not fitting, position=int(fitting)
+        )
         self._eval_n = 0
 
     def _eval_batch_end(self) -> None:
         self._eval_n += 1
-        self._update(self.val_progress_bar, self._eval_n, self.val_progress_bar.total if self.val_progress_bar else None)
+        self._update(
+            self.val_progress_bar,
+            self._eval_n,
+            self.val_progress_bar.total if self.val_progress_bar else None,
+        )
 
     def _eval_end(self) -> None:
         if self.val_progress_bar is not None:

@@ -26,7 +26,9 @@ class Timer(Callback):
         super().__init__()
         parsed = parse_time(duration, flag="Timer(duration)")
         if interval not in ("step", "epoch"):
-            raise MisconfigurationException(f"Timer(interval={interval!r}) is not supported. Use 'step' or 'epoch'.")
+            raise MisconfigurationException(
+                f"Timer(interval={interval!r}) is not supported. Use 'step' or 'epoch'."
+            )
         self._duration = parsed.total_seconds() if parsed is not None else None
         self._interval = interval
         self._verbose = verbose

@@ -6,7 +6,6 @@ import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch import Tensor
 from torch.optim import Optimizer
 

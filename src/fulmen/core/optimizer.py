@@ -32,7 +32,9 @@ class LightningOptimizer:
         self._strategy: Strategy | None = None
         self._on_before_step: Callable[[], None] = _no_closure
         self._on_after_step: Callable[[], None] = _no_closure
-        self.__class__ = type("Lightning" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {})
+        self.__class__ = type(
+            "Lightning" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {}
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name == "_optimizer":  # not yet set (unpickling): avoid infinite recursion
@@ -85,7 +87,7 @@ class LightningOptimizer:
         elif not callable(closure):
             raise TypeError(f"LightningOptimizer.step(closure={closure!r}): the closure must be callable.")
         if self._strategy is None:
-            step_output = self._optimizer.step(closure, **kwargs)
+            step_output = self._optimizer.step(closure, **kwargs)  # type: ignore[arg-type]
         else:
             step_output = self._strategy.optimizer_step(self._optimizer, closure, **kwargs)
         self._on_after_step()

@@ -65,7 +65,9 @@ def parse_configure_optimizers(
         monitor = returned.get("monitor")
         if returned.get("lr_scheduler") is not None:
             schedulers = [returned["lr_scheduler"]]
-    elif isinstance(returned, (list, tuple)) and len(returned) == 2 and isinstance(returned[0], (list, tuple)):
+    elif (
+        isinstance(returned, (list, tuple)) and len(returned) == 2 and isinstance(returned[0], (list, tuple))
+    ):
         opts, scheds = returned
         optimizers = list(opts)
         schedulers = list(scheds) if isinstance(scheds, (list, tuple)) else [scheds]
@@ -154,7 +156,9 @@ def _scheduler_config(scheduler: Any, monitor: str | None) -> LRSchedulerConfig:
             opt_idx=scheduler.get("opt_idx"),
         )
     else:
-        config = LRSchedulerConfig(scheduler=scheduler, reduce_on_plateau=_is_plateau(scheduler), monitor=monitor)
+        config = LRSchedulerConfig(
+            scheduler=scheduler, reduce_on_plateau=_is_plateau(scheduler), monitor=monitor
+        )
     if config.reduce_on_plateau and config.monitor is None:
         raise MisconfigurationException(
             "A ReduceLROnPlateau scheduler needs a metric to monitor, and none was given. Return e.g. "

@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> float:
     )
     trainer.fit(model, datamodule=datamodule)
     accuracy = float(trainer.callback_metrics["val_acc"])
-    print(f"validation accuracy: {accuracy:.2%} after {trainer.current_epoch} epochs ({trainer.global_step} steps)")
+    print(
+        f"validation accuracy: {accuracy:.2%} after {trainer.current_epoch} epochs ({trainer.global_step} steps)"
+    )
     return accuracy
 
 

@@ -60,7 +60,9 @@ class CSVLogger(Logger):
         return self
 
     @rank_zero_only
-    def log_hyperparams(self, params: dict[str, Any] | Namespace | None = None, *args: Any, **kwargs: Any) -> None:
+    def log_hyperparams(
+        self, params: dict[str, Any] | Namespace | None = None, *args: Any, **kwargs: Any
+    ) -> None:
         if params is None:
             return
         self._hparams.update(vars(params) if isinstance(params, Namespace) else dict(params))

@@ -60,7 +60,6 @@ class TensorBoardLogger(Logger):
         return os.path.join(path, self._sub_dir) if self._sub_dir else path
 
     @property
-    @rank_zero_only
     def experiment(self) -> Any:
         """The ``torch.utils.tensorboard.SummaryWriter`` (created on first use)."""
         if self._experiment is None:
@@ -72,7 +71,11 @@ class TensorBoardLogger(Logger):
 
     @rank_zero_only
     def log_hyperparams(
-        self, params: dict[str, Any] | Namespace, metrics: dict[str, float] | None = None, *args: Any, **kwargs: Any
+        self,
+        params: dict[str, Any] | Namespace,
+        metrics: dict[str, float] | None = None,
+        *args: Any,
+        **kwargs: Any,
     ) -> None:
         params = vars(params) if isinstance(params, Namespace) else dict(params)
         self.hparams.update(params)

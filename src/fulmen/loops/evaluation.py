@@ -27,7 +27,9 @@ class EvaluationLoop:
         self.stage = stage  # "validation" or "test"
         self.results = ResultCollection(training=False)
 
-    def run(self, dataloaders: list[Any], num_batches: list[int | float], in_fit: bool) -> list[dict[str, float]]:
+    def run(
+        self, dataloaders: list[Any], num_batches: list[int | float], in_fit: bool
+    ) -> list[dict[str, float]]:
         trainer = self.trainer
         hooks = trainer._hooks
         stage = self.stage

@@ -123,7 +123,7 @@ class FitLoop:
                     "to count batches across epochs, or limit_val_batches=0 to disable validation."
                 )
             trainer.val_check_batch = vci
-        elif self.max_batches == float("inf") or is_iterable_dataset(loader) and not has_len(loader):
+        elif self.max_batches == float("inf") or (is_iterable_dataset(loader) and not has_len(loader)):
             if vci != 1.0:
                 raise MisconfigurationException(
                     f"val_check_interval={vci!r} is a fraction of an epoch, but the training dataloader is an "
@@ -161,13 +161,12 @@ class FitLoop:
         trainer = self.trainer
         self.setup_data()
         epoch = trainer.current_epoch
-        sampler = getattr(self._train_dataloader, "sampler", None)
-        if callable(getattr(sampler, "set_epoch", None)):
-            sampler.set_epoch(epoch)
-        batch_sampler = getattr(self._train_dataloader, "batch_sampler", None)
-        inner = getattr(batch_sampler, "sampler", None)
-        if inner is not sampler and callable(getattr(inner, "set_epoch", None)):
-            inner.set_epoch(epoch)
+        sampler: Any = getattr(self._train_dataloader, "sampler", None)
+        inner: Any = getattr(getattr(self._train_dataloader, "batch_sampler", None), "sampler", None)
+        samplers: list[Any] = [sampler] if inner is sampler else [sampler, inner]
+        for smp in samplers:
+            if callable(getattr(smp, "set_epoch", None)):
+                smp.set_epoch(epoch)  # shuffling samplers draw a new order per epoch
         self.results.reset()
         trainer._results = self.results
         trainer._metrics.epoch_end = False

@@ -99,7 +99,7 @@ class TrainingEpochLoop:
         hooks.call_callbacks("on_train_batch_end", outputs, batch, batch_idx)
         hooks.call_module("on_train_batch_end", outputs, batch, batch_idx)
         if not (accumulate and module.automatic_optimization):
-            trainer._metrics.on_train_step_end(trainer._results)
+            trainer._metrics.on_train_step_end(trainer.fit_loop.results)
         return None
 
     def on_advance_end(self) -> None:

@@ -53,7 +53,9 @@ def _limit(name: str, value: Any) -> int | float:
     if value is None:
         return 1.0
     if isinstance(value, bool):
-        raise MisconfigurationException(f"{name}={value!r} must be an int number of batches or a float in [0.0, 1.0].")
+        raise MisconfigurationException(
+            f"{name}={value!r} must be an int number of batches or a float in [0.0, 1.0]."
+        )
     if isinstance(value, int):
         if value < 0:
             raise MisconfigurationException(f"{name}={value!r} must be >= 0 (an int counts batches).")
@@ -65,7 +67,9 @@ def _limit(name: str, value: Any) -> int | float:
                 "number of batches."
             )
         return value
-    raise MisconfigurationException(f"{name}={value!r} must be an int number of batches or a float in [0.0, 1.0].")
+    raise MisconfigurationException(
+        f"{name}={value!r} must be an int number of batches or a float in [0.0, 1.0]."
+    )
 
 
 @dataclass
@@ -126,8 +130,12 @@ def parse_loop_flags(
 
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < -1:
         raise MisconfigurationException(f"max_steps={max_steps!r} must be an int >= -1 (-1 means no limit).")
-    if max_epochs is not None and (isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < -1):
-        raise MisconfigurationException(f"max_epochs={max_epochs!r} must be an int >= -1 (-1 means no limit).")
+    if max_epochs is not None and (
+        isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < -1
+    ):
+        raise MisconfigurationException(
+            f"max_epochs={max_epochs!r} must be an int >= -1 (-1 means no limit)."
+        )
     _nonneg_int("min_epochs", min_epochs)
     _nonneg_int("min_steps", min_steps)
     parsed_time = parse_time(max_time)
@@ -141,7 +149,9 @@ def parse_loop_flags(
         else:
             max_epochs = -1
     if min_epochs is not None and max_epochs != -1 and min_epochs > max_epochs:
-        raise MisconfigurationException(f"min_epochs={min_epochs!r} is larger than max_epochs={max_epochs!r}.")
+        raise MisconfigurationException(
+            f"min_epochs={min_epochs!r} is larger than max_epochs={max_epochs!r}."
+        )
 
     if check_val_every_n_epoch is not None:
         _nonneg_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
@@ -159,7 +169,9 @@ def parse_loop_flags(
             "training epoch). For a number of batches pass an int."
         )
     elif isinstance(vci, int) and vci < 1:
-        raise MisconfigurationException(f"val_check_interval={vci!r} must be >= 1 when it is an int (batches).")
+        raise MisconfigurationException(
+            f"val_check_interval={vci!r} must be >= 1 when it is an int (batches)."
+        )
 
     if num_sanity_val_steps is None:
         sanity: int | float = 2
@@ -173,19 +185,28 @@ def parse_loop_flags(
     else:
         log_every = _nonneg_int("log_every_n_steps", log_every_n_steps) or 0
 
-    if isinstance(accumulate_grad_batches, bool) or not isinstance(accumulate_grad_batches, int) or accumulate_grad_batches < 1:
+    if (
+        isinstance(accumulate_grad_batches, bool)
+        or not isinstance(accumulate_grad_batches, int)
+        or accumulate_grad_batches < 1
+    ):
         raise MisconfigurationException(
             f"accumulate_grad_batches={accumulate_grad_batches!r} must be an int >= 1. For a schedule that "
             "changes over training use the GradientAccumulationScheduler callback."
         )
     if gradient_clip_val is not None and (
-        isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, (int, float)) or gradient_clip_val < 0
+        isinstance(gradient_clip_val, bool)
+        or not isinstance(gradient_clip_val, (int, float))
+        or gradient_clip_val < 0
     ):
         raise MisconfigurationException(
             f"gradient_clip_val={gradient_clip_val!r} must be a number >= 0 (0 or None disables clipping)."
         )
     if gradient_clip_algorithm is not None:
-        if not isinstance(gradient_clip_algorithm, str) or gradient_clip_algorithm.lower() not in _CLIP_ALGORITHMS:
+        if (
+            not isinstance(gradient_clip_algorithm, str)
+            or gradient_clip_algorithm.lower() not in _CLIP_ALGORITHMS
+        ):
             raise MisconfigurationException(
                 f"gradient_clip_algorithm={gradient_clip_algorithm!r} is not supported. Use 'norm' or 'value'."
             )

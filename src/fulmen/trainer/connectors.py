@@ -93,11 +93,11 @@ def build_loggers(trainer: Trainer, logger: Any) -> list[Logger]:
         loggers = list(logger)
         for lg in loggers:
             if not isinstance(lg, Logger):
-                raise MisconfigurationException(f"logger contains {lg!r}; every logger must subclass fulmen.loggers.Logger.")
+                raise MisconfigurationException(
+                    f"logger contains {lg!r}; every logger must subclass fulmen.loggers.Logger."
+                )
         return loggers
-    raise MisconfigurationException(
-        f"logger={logger!r} must be True, False, a Logger or a list of Loggers."
-    )
+    raise MisconfigurationException(f"logger={logger!r} must be True, False, a Logger or a list of Loggers.")
 
 
 def _default_logger(trainer: Trainer) -> Logger:

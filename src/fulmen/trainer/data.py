@@ -16,7 +16,12 @@ from fulmen.utilities.rank_zero import WarningCache
 if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
 
-_STAGE_HOOK = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"}
+_STAGE_HOOK = {
+    "train": "train_dataloader",
+    "val": "val_dataloader",
+    "test": "test_dataloader",
+    "predict": "predict_dataloader",
+}
 _STEP = {"train": "training_step", "val": "validation_step", "test": "test_step", "predict": "predict_step"}
 
 
@@ -88,7 +93,11 @@ class TrainerData:
         else:
             loaders = [loader]
         cfg = self.trainer._loop_config
-        limit = {"val": cfg.limit_val_batches, "test": cfg.limit_test_batches, "predict": cfg.limit_predict_batches}[stage]
+        limit = {
+            "val": cfg.limit_val_batches,
+            "test": cfg.limit_test_batches,
+            "predict": cfg.limit_predict_batches,
+        }[stage]
         counts = []
         for dl in loaders:
             length: int | float = len(dl) if has_len(dl) else float("inf")
@@ -117,9 +126,7 @@ class TrainerData:
         trainer = self.trainer
         every = trainer._loop_config.reload_dataloaders_every_n_epochs
         epoch = trainer.current_epoch
-        stale = (
-            every > 0 and self._val_loaded_epoch is not None and epoch - self._val_loaded_epoch >= every
-        )
+        stale = every > 0 and self._val_loaded_epoch is not None and epoch - self._val_loaded_epoch >= every
         if self.val_dataloaders is None or stale:
             self.val_dataloaders, self.val_num_batches = self.request_eval_dataloaders("val")
             self._val_loaded_epoch = epoch

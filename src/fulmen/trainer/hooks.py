@@ -64,15 +64,15 @@ class HookDispatcher:
             return
         trainer = self.trainer
         module = trainer.lightning_module
-        previous = module._current_fx_name if module is not None else None
-        if module is not None:
-            module._current_fx_name = name
+        # write to __dict__ directly: nn.Module.__setattr__ costs microseconds per hook in the hot loop
+        state = module.__dict__ if module is not None else {}
+        previous = state.get("_current_fx_name")
+        state["_current_fx_name"] = name
         try:
             for fn in fns:
                 fn(trainer, module, *args, **kwargs)
         finally:
-            if module is not None:
-                module._current_fx_name = previous
+            state["_current_fx_name"] = previous
 
     # -- the LightningModule ----------------------------------------------------------------------------
     def _module_fn(self, name: str) -> Callable[..., Any] | None:
@@ -80,7 +80,9 @@ class HookDispatcher:
             return self._module_cache[name]
         module = self.trainer.lightning_module
         fn: Callable[..., Any] | None = None
-        if module is not None and (name not in _NOOP_MODULE_HOOKS or _overrides(module, LightningModule, name)):
+        if module is not None and (
+            name not in _NOOP_MODULE_HOOKS or _overrides(module, LightningModule, name)
+        ):
             fn = getattr(module, name, None)
         self._module_cache[name] = fn
         return fn
@@ -89,14 +91,13 @@ class HookDispatcher:
         fn = self._module_fn(name)
         if fn is None:
             return None
-        module = self.trainer.lightning_module
-        assert module is not None
-        previous = module._current_fx_name
-        module._current_fx_name = name
+        state = self.trainer.lightning_module.__dict__  # see call_callbacks: no nn.Module.__setattr__
+        previous = state.get("_current_fx_name")
+        state["_current_fx_name"] = name
         try:
             return fn(*args, **kwargs)
         finally:
-            module._current_fx_name = previous
+            state["_current_fx_name"] = previous
 
     def module_overrides(self, name: str) -> bool:
         module = self.trainer.lightning_module
@@ -107,7 +108,9 @@ class HookDispatcher:
         datamodule = self.trainer.datamodule
         if datamodule is None:
             return None
-        if name in ("prepare_data", "setup", "teardown") and not _overrides(datamodule, LightningDataModule, name):
+        if name in ("prepare_data", "setup", "teardown") and not _overrides(
+            datamodule, LightningDataModule, name
+        ):
             return None
         fn = getattr(datamodule, name, None)
         return fn(*args, **kwargs) if callable(fn) else None

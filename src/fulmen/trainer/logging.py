@@ -118,8 +118,10 @@ class LogMeta:
 
 def _is_metric(value: Any) -> bool:
     """torchmetrics.Metric without importing torchmetrics (duck-typed)."""
-    return callable(getattr(value, "compute", None)) and callable(getattr(value, "update", None)) and hasattr(
-        value, "reset"
+    return (
+        callable(getattr(value, "compute", None))
+        and callable(getattr(value, "update", None))
+        and hasattr(value, "reset")
     )
 
 
@@ -477,9 +479,7 @@ class MetricsHub:
         for idx in range(num_dataloaders):
             suffix = f"/dataloader_idx_{idx}"
             per_dl = {
-                k: v
-                for k, v in epoch_values.items()
-                if "/dataloader_idx_" not in k or k.endswith(suffix)
+                k: v for k, v in epoch_values.items() if "/dataloader_idx_" not in k or k.endswith(suffix)
             }
             outputs.append(to_scalars(per_dl))
         return outputs

@@ -101,12 +101,19 @@ class Trainer:
                 enable_model_summary=enable_model_summary, log_every_n_steps=log_every_n_steps,
                 detect_anomaly=detect_anomaly, profiler=profiler,
             )  # fmt: skip
-            logger, enable_checkpointing, enable_progress_bar, enable_model_summary = False, False, False, False
+            logger, enable_checkpointing, enable_progress_bar, enable_model_summary = (
+                False,
+                False,
+                False,
+                False,
+            )
         self.barebones = barebones
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
             raise MisconfigurationException(f"num_nodes={num_nodes!r} must be an int >= 1.")
         if deterministic not in (None, True, False, "warn"):
-            raise MisconfigurationException(f"deterministic={deterministic!r} must be True, False, 'warn' or None.")
+            raise MisconfigurationException(
+                f"deterministic={deterministic!r} must be True, False, 'warn' or None."
+            )
         if not isinstance(inference_mode, bool):
             raise MisconfigurationException(f"inference_mode={inference_mode!r} must be a bool.")
         self._precision_flag = normalize_precision(precision)
@@ -166,7 +173,14 @@ class Trainer:
             if type(strategy.precision_plugin) is Precision:  # left at the default: use the flag's
                 strategy.precision_plugin = precision_plugin
             return strategy
-        if not isinstance(strategy, str) or strategy.lower() not in _STRATEGIES + ("ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "ddp_notebook", "fsdp", "deepspeed"):
+        if not isinstance(strategy, str) or strategy.lower() not in _STRATEGIES + (
+            "ddp",
+            "ddp_spawn",
+            "ddp_find_unused_parameters_true",
+            "ddp_notebook",
+            "fsdp",
+            "deepspeed",
+        ):
             raise MisconfigurationException(
                 f"strategy={strategy!r} is not supported. Use 'auto' or 'single_device' (or a Strategy instance)."
             )
@@ -175,7 +189,9 @@ class Trainer:
                 f"strategy={strategy!r} with devices={len(self._devices)} and num_nodes={self.num_nodes} needs "
                 "multi-process training, which this version of fulmen does not run yet. Use devices=1, num_nodes=1."
             )
-        return SingleDeviceStrategy(device=device, accelerator=self.accelerator, precision_plugin=precision_plugin)
+        return SingleDeviceStrategy(
+            device=device, accelerator=self.accelerator, precision_plugin=precision_plugin
+        )
 
     # -- properties users read ------------------------------------------------------------------------------
     @property
@@ -492,7 +508,9 @@ class Trainer:
         self._verbose = verbose
         return self._run(model, fn, ckpt_path)  # type: ignore[no-any-return]
 
-    def _attach(self, model: LightningModule | None, datamodule: LightningDataModule | None, fn: TrainerFn) -> LightningModule:
+    def _attach(
+        self, model: LightningModule | None, datamodule: LightningDataModule | None, fn: TrainerFn
+    ) -> LightningModule:
         if model is None:
             model = self.lightning_module
             if model is None:
@@ -531,8 +549,9 @@ class Trainer:
         self._check_model(model, fn)
         try:
             self._setup_run(model, fn)
+            result: Any = None
             if fn == TrainerFn.FITTING:
-                result = self._run_fit()
+                self._run_fit()
             elif fn == TrainerFn.PREDICTING:
                 result = self._run_predict()
             else:
@@ -588,7 +607,9 @@ class Trainer:
                         "and remove the flag."
                     )
             if self._data.has_source("val") and not step_overridden(model, "val"):
-                rank_zero_warn("Validation data was given but the module has no `validation_step()`: validation is skipped.")
+                rank_zero_warn(
+                    "Validation data was given but the module has no `validation_step()`: validation is skipped."
+                )
         elif fn == TrainerFn.VALIDATING and not step_overridden(model, "val"):
             raise MisconfigurationException(
                 f"trainer.validate() needs `validation_step()` in {type(model).__name__}."
@@ -603,7 +624,9 @@ class Trainer:
 
     def _setup_run(self, model: LightningModule, fn: TrainerFn) -> None:
         if self._deterministic is not None:
-            torch.use_deterministic_algorithms(bool(self._deterministic), warn_only=self._deterministic == "warn")
+            torch.use_deterministic_algorithms(
+                bool(self._deterministic), warn_only=self._deterministic == "warn"
+            )
             if self._deterministic:
                 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         if self._benchmark is not None or self._deterministic:
@@ -623,7 +646,9 @@ class Trainer:
         hooks.call_module("configure_model")
         self.strategy.setup(self)
         if fn == TrainerFn.FITTING:
-            optimizers, configs, frequencies, _ = parse_configure_optimizers(hooks.call_module("configure_optimizers"))
+            optimizers, configs, frequencies, _ = parse_configure_optimizers(
+                hooks.call_module("configure_optimizers")
+            )
             if len(optimizers) > 1 and model.automatic_optimization:
                 raise MisconfigurationException(
                     f"configure_optimizers returned {len(optimizers)} optimizers, which automatic optimization "

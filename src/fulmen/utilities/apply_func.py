@@ -45,6 +45,8 @@ def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
 
     if isinstance(batch, torch.Tensor):
         return to(batch)
+    if type(batch) in (list, tuple) and all(type(t) is torch.Tensor for t in batch):  # the common case, fast
+        return type(batch)(to(t) for t in batch)
 
     def move_any(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
@@ -58,7 +60,8 @@ def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
 class _MovableMeta(type):
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, torch.Tensor) or (
-            callable(getattr(obj, "to", None)) and not isinstance(obj, (type, Sequence, Mapping, torch.nn.Module))
+            callable(getattr(obj, "to", None))
+            and not isinstance(obj, (type, Sequence, Mapping, torch.nn.Module))
         )
 
 

@@ -21,7 +21,9 @@ class CombinedLoader:
 
     def __init__(self, iterables: Any, mode: str = "min_size") -> None:
         if mode not in _MODES:
-            raise MisconfigurationException(f"CombinedLoader(mode={mode!r}) is not supported. Use one of {list(_MODES)}.")
+            raise MisconfigurationException(
+                f"CombinedLoader(mode={mode!r}) is not supported. Use one of {list(_MODES)}."
+            )
         self.iterables = iterables
         self.mode = mode
         if isinstance(iterables, Mapping):

@@ -30,7 +30,9 @@ class AttributeDict(dict):  # type: ignore[type-arg]
         if not self:
             return ""
         width = max(len(str(k)) for k in self)
-        return "\n".join(f'"{k}":'.ljust(width + 3) + f" {v!r}" for k, v in sorted(self.items(), key=lambda kv: str(kv[0])))
+        return "\n".join(
+            f'"{k}":'.ljust(width + 3) + f" {v!r}" for k, v in sorted(self.items(), key=lambda kv: str(kv[0]))
+        )
 
 
 def _init_frame(obj: object, frame: types.FrameType | None) -> types.FrameType | None:

@@ -46,7 +46,9 @@ rank_zero_only.rank = _rank_from_env()  # type: ignore[attr-defined]
 
 
 @rank_zero_only
-def rank_zero_warn(message: str | Warning, category: type[Warning] = UserWarning, stacklevel: int = 4) -> None:
+def rank_zero_warn(
+    message: str | Warning, category: type[Warning] = UserWarning, stacklevel: int = 4
+) -> None:
     warnings.warn(message, category=category, stacklevel=stacklevel)
 
 
