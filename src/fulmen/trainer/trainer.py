@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import math
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from fulmen.trainer.hooks import HookDispatcher
 from fulmen.trainer.logging import MetricsHub, ResultCollection, to_scalars
 from fulmen.trainer.state import FitProgress, RunningStage, TrainerFn, TrainerState, TrainerStatus
 from fulmen.utilities.exceptions import MisconfigurationException
-from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from fulmen.utilities.rank_zero import rank_zero_warn
 
 _STRATEGIES = ("auto", "single_device")
 
@@ -794,8 +793,4 @@ def _print_results(results: list[dict[str, float]], title: str) -> None:
     print(line)
 
 
-def _iterable(value: Any) -> bool:
-    return isinstance(value, Iterable) and not isinstance(value, (str, bytes))
-
-
-__all__ = ["Trainer", "rank_zero_info"]
+__all__ = ["Trainer"]

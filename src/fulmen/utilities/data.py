@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import IterableDataset
 
 from fulmen.utilities.exceptions import MisconfigurationException
 
@@ -81,7 +81,3 @@ def parse_num_batches(stage: str, length: int | float, limit: int | float) -> in
             f"{length} * {limit} < 1 batch. Use limit_{stage}_batches >= {min_fraction:.4g}, or an int."
         )
     return n
-
-
-def dataloader_num_workers_hint(dataloader: object) -> int | None:
-    return getattr(dataloader, "num_workers", None) if isinstance(dataloader, DataLoader) else None
