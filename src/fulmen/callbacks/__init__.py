@@ -3,14 +3,17 @@
 from fulmen.callbacks.callback import Callback
 from fulmen.callbacks.early_stopping import EarlyStopping
 from fulmen.callbacks.lr_monitor import LearningRateMonitor
+from fulmen.callbacks.model_checkpoint import Checkpoint, ModelCheckpoint
 from fulmen.callbacks.model_summary import ModelSummary
 from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
 from fulmen.callbacks.timer import Timer
 
 __all__ = [
     "Callback",
+    "Checkpoint",
     "EarlyStopping",
     "LearningRateMonitor",
+    "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
     "TQDMProgressBar",

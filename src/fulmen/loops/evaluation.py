@@ -26,6 +26,7 @@ class EvaluationLoop:
         self.trainer = trainer
         self.stage = stage  # "validation" or "test"
         self.results = ResultCollection(training=False)
+        self._has_run = False  # a (non-sanity) run finished: monitored metrics must exist from now on
 
     def run(
         self, dataloaders: list[Any], num_batches: list[int | float], in_fit: bool
@@ -68,6 +69,8 @@ class EvaluationLoop:
             hooks.call_callbacks(f"on_{stage}_epoch_end")
             hooks.call_module(f"on_{stage}_epoch_end")
             output_metrics = trainer._metrics.on_eval_epoch_end(self.results, len(dataloaders))
+            if not trainer.sanity_checking:
+                self._has_run = True
             hooks.call_callbacks(f"on_{stage}_end")
             hooks.call_module(f"on_{stage}_end")
             hooks.call_module(f"on_{stage}_model_train")

@@ -1,23 +1,137 @@
-"""Iterate a dataloader one batch ahead, so the loop knows which batch is the last one.
+"""Batches of one epoch, each with whether it is the last one; resume can start mid-epoch.
 
-Knowing ``is_last_batch`` before running the batch is what lets the final batch of an epoch close an
-accumulation window and step epoch schedulers, also for dataloaders without a length.
+A map-style ``DataLoader`` knows its length, so batches are fetched when the loop asks for them. Anything
+else (iterable datasets, lists, combined loaders) is read one batch ahead: knowing ``is_last_batch`` before
+running the batch lets the final batch close an accumulation window and step epoch schedulers.
+
+Starting at batch ``k`` of an epoch (exact resume) rebuilds a plain ``DataLoader`` over a batch sampler that
+drops the first ``k`` index batches: the dropped samples are never loaded, and the order of the remaining
+ones is the order the full epoch would have had.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from fulmen.utilities.data import has_len, is_iterable_dataset
 
 _DONE = object()
 
 
+class _SkipBatchSampler:
+    """The wrapped batch sampler's batches from index ``skip`` on; the skip happens on first use."""
+
+    def __init__(self, inner: Any, skip: int) -> None:
+        self.inner = inner
+        self.skip = skip
+        self._current: _SkippingIterator | None = None
+
+    def __len__(self) -> int:
+        return max(0, len(self.inner) - self.skip)
+
+    def __iter__(self) -> Iterator[Any]:
+        # The DataLoader iterator creates this before it draws its base seed, and a shuffling sampler draws
+        # its own seed on its first step: the skip must stay lazy to keep that order of RNG draws.
+        self._current = _SkippingIterator(iter(self.inner), self.skip)
+        return self._current
+
+    def prime(self) -> None:
+        if self._current is not None:
+            self._current.prime()
+
+
+class _SkippingIterator:
+    def __init__(self, inner: Iterator[Any], skip: int) -> None:
+        self.inner = inner
+        self.skip = skip
+
+    def prime(self) -> None:
+        while self.skip > 0:
+            self.skip -= 1
+            if next(self.inner, _DONE) is _DONE:
+                self.skip = 0
+
+    def __iter__(self) -> _SkippingIterator:
+        return self
+
+    def __next__(self) -> Any:
+        self.prime()
+        return next(self.inner)
+
+
+def _skipping_loader(loader: Any, skip: int) -> tuple[Any, Callable[[], None]] | None:
+    """A DataLoader like ``loader`` that starts at batch ``skip`` without loading the skipped samples."""
+    if type(loader) is not DataLoader or loader.batch_sampler is None or is_iterable_dataset(loader):
+        return None
+    sampler = _SkipBatchSampler(loader.batch_sampler, skip)
+    workers = loader.num_workers
+    kwargs: dict[str, Any] = {
+        "batch_sampler": sampler, "num_workers": workers, "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory, "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
+        "prefetch_factor": loader.prefetch_factor if workers > 0 else None,
+        "persistent_workers": False,  # a one-epoch loader: its workers end with the epoch
+        "pin_memory_device": loader.pin_memory_device,
+    }  # fmt: skip
+    if hasattr(loader, "in_order"):
+        kwargs["in_order"] = loader.in_order
+    return DataLoader(loader.dataset, **kwargs), sampler.prime
+
+
+def fetches_lazily(loader: Any) -> bool:
+    return isinstance(loader, DataLoader) and has_len(loader) and not is_iterable_dataset(loader)
+
+
 class PrefetchIterator:
-    def __init__(self, iterable: Any, limit: int | float) -> None:
+    """``next()`` gives ``(batch, is_last)``; ``skip`` starts the epoch at that batch index."""
+
+    def __init__(
+        self, iterable: Any, limit: int | float, skip: int = 0, quiet_base_seed: bool = False
+    ) -> None:
         self.limit = limit
-        self._iter: Iterator[Any] | None = iter(iterable) if limit > 0 else None
-        self.fetched = 0
-        self._next: Any = self._fetch()
+        self._quiet = quiet_base_seed
+        self.fetched = skip
+        self.loaded_skipped = False  # whether resuming had to load (and drop) the skipped batches
+        self._lazy = fetches_lazily(iterable)
+        self._total: int | float = min(limit, len(iterable)) if self._lazy else limit
+        self._iter: Iterator[Any] | None = None
+        if self.fetched < self._total:
+            self._iter = self._open(iterable, skip)
+        self._next: Any = _DONE if self._lazy else self._fetch()
+
+    def _open(self, iterable: Any, skip: int) -> Iterator[Any]:
+        if skip == 0:
+            return self._iter_of(iterable)
+        rebuilt = _skipping_loader(iterable, skip)
+        if rebuilt is not None:
+            loader, prime = rebuilt
+            iterator = self._iter_of(loader)
+            prime()
+            return iterator
+        self.loaded_skipped = True
+        iterator = self._iter_of(iterable)
+        for _ in range(skip):
+            if next(iterator, _DONE) is _DONE:
+                break
+        return iterator
+
+    def _iter_of(self, iterable: Any) -> Iterator[Any]:
+        """``iter(iterable)``; with ``quiet_base_seed`` a DataLoader draws its worker base seed from a private
+        generator. A persistent-workers loader draws that seed only when its workers start: a resumed run,
+        which starts them in a later epoch than the uninterrupted run did, must not draw it from the global
+        RNG (the shuffle order of every later epoch would change)."""
+        if not (self._quiet and isinstance(iterable, DataLoader)):
+            return iter(iterable)
+        saved = iterable.generator
+        iterable.generator = torch.Generator()
+        try:
+            return iter(iterable)
+        finally:
+            iterable.generator = saved
 
     def _fetch(self) -> Any:
         if self._iter is None or self.fetched >= self.limit:
@@ -32,6 +146,8 @@ class PrefetchIterator:
 
     @property
     def done(self) -> bool:
+        if self._lazy:
+            return self._iter is None or self.fetched >= self._total
         return self._next is _DONE
 
     def __iter__(self) -> PrefetchIterator:
@@ -39,6 +155,12 @@ class PrefetchIterator:
 
     def __next__(self) -> tuple[Any, bool]:
         """The next batch and whether it is the last one."""
+        if self._lazy:
+            if self.done:
+                raise StopIteration
+            batch = next(self._iter)  # type: ignore[arg-type]
+            self.fetched += 1
+            return batch, self.fetched >= self._total
         batch = self._next
         if batch is _DONE:
             raise StopIteration

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.loops.fetcher import PrefetchIterator
 from fulmen.loops.training_epoch import TrainingEpochLoop
+from fulmen.trainer import checkpointing
 from fulmen.trainer.logging import ResultCollection
 from fulmen.utilities.data import has_len, is_iterable_dataset, parse_num_batches
 from fulmen.utilities.exceptions import MisconfigurationException
@@ -54,6 +55,11 @@ class FitLoop:
         self.max_batches: int | float = 0
         self._last_reload_epoch: int | None = None
         self._stop_reason: str | None = None
+        # Where the loop is, for checkpoints: idle | epoch_start | between | step | batch | validation | epoch_end
+        self.phase = "idle"
+        self.epoch_start_step = 0
+        self._epoch_start_rng: dict[str, Any] | None = None
+        self._resume: dict[str, Any] | None = None
 
     # -- limits ----------------------------------------------------------------------------------------
     @property
@@ -141,6 +147,9 @@ class FitLoop:
                 rank_zero_info(f"`Trainer.fit` stopped: {self._stop_reason}.")
             return
         self.on_run_start()
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            self._finish_interrupted_epoch(resume)
         while not self.done:
             self.on_advance_start()
             self.epoch_loop.run(self._make_iterator())
@@ -149,16 +158,123 @@ class FitLoop:
             rank_zero_info(f"`Trainer.fit` stopped: {self._stop_reason}.")
         self.on_run_end()
 
-    def _make_iterator(self) -> PrefetchIterator:
-        return PrefetchIterator(self._train_dataloader, self.max_batches)
+    def _make_iterator(self, skip: int = 0, epoch_rng: dict[str, Any] | None = None) -> PrefetchIterator:
+        """The epoch's batches. The RNG state just before the loader's iterator draws its shuffle seed is kept
+        so that a resumed run can redraw the same order (``epoch_rng``) and skip the batches already done."""
+        loader = self._train_dataloader
+        if epoch_rng is None:
+            epoch_rng = {"rng": checkpointing.capture_rng(),
+                         "generators": checkpointing.capture_generator_states(loader)}  # fmt: skip
+        else:
+            checkpointing.restore_rng(epoch_rng["rng"])
+            checkpointing.restore_generator_states(loader, epoch_rng["generators"])
+        self._epoch_start_rng = epoch_rng
+        return PrefetchIterator(
+            loader, self.max_batches, skip=skip, quiet_base_seed=self._quiet_base_seed(skip)
+        )
+
+    def _quiet_base_seed(self, skip: int) -> bool:
+        """Whether this epoch's iterator must leave the global RNG alone: a persistent-workers loader starts
+        its workers (drawing a base seed) once per load; an uninterrupted run loads it at epoch 0 and then
+        every ``reload_dataloaders_every_n_epochs``."""
+        loader = self._train_dataloader
+        if not getattr(loader, "persistent_workers", False):
+            return False
+        epoch = self.trainer.current_epoch
+        every = self.trainer._loop_config.reload_dataloaders_every_n_epochs
+        load_epoch = epoch == 0 if not every else epoch % every == 0
+        if skip:  # a one-off loader: it draws where the uninterrupted run started its workers this epoch
+            return not load_epoch
+        return getattr(loader, "_iterator", None) is None and not load_epoch
+
+    # -- exact resume ----------------------------------------------------------------------------------
+    def resume_state(self) -> dict[str, Any]:
+        """What a checkpoint written now needs to continue exactly from this point."""
+        trainer = self.trainer
+        progress = trainer._progress
+        phase, batch_idx = self.phase, progress.batch_idx
+        if phase == "step":  # written during training_step: resume before this batch (not bitwise)
+            phase, batch_idx = "between", batch_idx - 1
+        elif phase == "epoch_start":
+            phase, batch_idx = "between", 0
+        module = trainer.lightning_module
+        grads = None
+        if phase in ("batch", "validation") and module is not None:
+            window_open = not module.automatic_optimization or self.epoch_loop.should_accumulate()
+            if window_open:
+                grads = [p.grad.detach().clone() if p.grad is not None else None for p in module.parameters()]
+                if all(g is None for g in grads):
+                    grads = None
+        metrics = {k: v.detach().cpu().clone() if hasattr(v, "detach") else v
+                   for k, v in trainer.callback_metrics.items()}  # fmt: skip
+        return {
+            "phase": phase, "epoch": progress.current_epoch, "global_step": progress.global_step,
+            "batch_idx": batch_idx, "total_batch_idx": progress.total_batch_idx,
+            "batches_that_stepped": progress.batches_that_stepped,
+            "is_last_batch": self.epoch_loop.is_last_batch,
+            "val_pending": phase == "batch" and self.epoch_loop._should_check_val(),
+            "should_stop": trainer.should_stop, "epoch_start_step": self.epoch_start_step,
+            "scheduler_steps": list(self.epoch_loop.scheduler_steps),
+            "rng": checkpointing.capture_rng(),
+            "epoch_start_rng": self._epoch_start_rng if phase in ("batch", "validation", "between") else None,
+            "grads": grads, "callback_metrics": metrics,
+        }  # fmt: skip
+
+    def load_resume_state(self, state: dict[str, Any]) -> None:
+        progress = self.trainer._progress
+        progress.current_epoch = int(state["epoch"])
+        progress.global_step = int(state["global_step"])
+        progress.batch_idx = int(state.get("batch_idx", 0))
+        progress.total_batch_idx = int(state.get("total_batch_idx", 0))
+        progress.batches_that_stepped = int(state.get("batches_that_stepped", 0))
+        self.epoch_start_step = int(state.get("epoch_start_step", progress.global_step))
+        self.epoch_loop.scheduler_steps = list(state.get("scheduler_steps", [0, 0]))
+        self._resume = state
+
+    def _restore_point(self, state: dict[str, Any]) -> None:
+        """RNG, open accumulation window and metrics as they were when the checkpoint was written."""
+        trainer = self.trainer
+        if state.get("rng"):
+            checkpointing.restore_rng(state["rng"])
+        grads = state.get("grads")
+        module = trainer.lightning_module
+        if grads is not None and module is not None:
+            for param, grad in zip(module.parameters(), grads):
+                param.grad = None if grad is None else grad.to(param.device, copy=True)
+        trainer._metrics.callback.update(state.get("callback_metrics") or {})
+        trainer.should_stop = bool(state.get("should_stop", False))
+
+    def _finish_interrupted_epoch(self, state: dict[str, Any]) -> None:
+        """Run what the interrupted run had left of its epoch when the checkpoint was written."""
+        trainer = self.trainer
+        phase = state["phase"]
+        if phase in ("batch", "validation", "between"):
+            batch_idx = int(state["batch_idx"])
+            self.on_advance_start(fresh=False)
+            trainer._progress.batch_idx = batch_idx
+            batches = self._make_iterator(skip=batch_idx, epoch_rng=state.get("epoch_start_rng"))
+            self._restore_point(state)
+            self.epoch_loop._is_last_batch = bool(state.get("is_last_batch", False))
+            finish = None if phase == "between" else bool(state.get("val_pending")) and phase == "batch"
+            self.epoch_loop.run(batches, finish_batch=finish)
+            self.on_advance_end()
+        elif phase == "epoch_end":
+            self._restore_point(state)
+            self.on_advance_end(hooks=False)
+        else:
+            self._restore_point(state)
 
     def on_run_start(self) -> None:
         trainer = self.trainer
         trainer._hooks.call_callbacks("on_train_start")
         trainer._hooks.call_module("on_train_start")
 
-    def on_advance_start(self) -> None:
+    def on_advance_start(self, fresh: bool = True) -> None:
         trainer = self.trainer
+        self.phase = "epoch_start"
+        if fresh:
+            self.epoch_start_step = trainer._progress.global_step
+            self.epoch_loop.scheduler_steps[1] = 0
         self.setup_data()
         epoch = trainer.current_epoch
         sampler: Any = getattr(self._train_dataloader, "sampler", None)
@@ -174,21 +290,26 @@ class FitLoop:
         trainer._hooks.call_callbacks("on_train_epoch_start")
         trainer._hooks.call_module("on_train_epoch_start")
 
-    def on_advance_end(self) -> None:
+    def on_advance_end(self, hooks: bool = True) -> None:
+        """End of an epoch; ``hooks=False`` when resuming from a checkpoint written in on_train_epoch_end."""
         trainer = self.trainer
-        hooks = trainer._hooks
         trainer._results = self.results
-        trainer._metrics.epoch_end = True  # from here on, reads of callback_metrics see epoch aggregates
-        hooks.call_callbacks("on_train_epoch_end", monitoring=False)
-        hooks.call_module("on_train_epoch_end")
-        hooks.call_callbacks("on_train_epoch_end", monitoring=True)
-        trainer._metrics.on_train_epoch_end(self.results)
-        if self.epoch_loop.num_ready_batches_reached():
+        self.phase = "epoch_end"
+        if hooks:
+            dispatch = trainer._hooks
+            trainer._metrics.epoch_end = True  # from here on, reads of callback_metrics see epoch aggregates
+            dispatch.call_callbacks("on_train_epoch_end", monitoring=False)
+            dispatch.call_module("on_train_epoch_end")
+            dispatch.call_callbacks("on_train_epoch_end", monitoring=True)
+            trainer._metrics.on_train_epoch_end(self.results)
+        if not hooks or self.epoch_loop.num_ready_batches_reached():
             self.epoch_loop.update_lr_schedulers("epoch", plateau=True)
         trainer._progress.current_epoch += 1
+        self.phase = "idle"  # at an epoch boundary: a checkpoint written now resumes with the next epoch
 
     def on_run_end(self) -> None:
         trainer = self.trainer
+        self.phase = "idle"
         trainer._hooks.call_callbacks("on_train_end")
         trainer._hooks.call_module("on_train_end")
 

@@ -20,6 +20,7 @@ class TrainingEpochLoop:
         self.manual = ManualOptimization(trainer)
         self._is_last_batch = False
         self._warnings = WarningCache()
+        self.scheduler_steps = [0, 0]  # scheduler updates: in the run, in the running epoch
 
     @property
     def is_last_batch(self) -> bool:
@@ -55,13 +56,22 @@ class TrainingEpochLoop:
         return not done_window and not self.num_ready_batches_reached()
 
     # -- run -------------------------------------------------------------------------------------------
-    def run(self, batches: PrefetchIterator) -> None:
-        self._is_last_batch = False
+    def run(self, batches: PrefetchIterator, finish_batch: bool | None = None) -> None:
+        """Run the epoch's batches. Resuming, ``finish_batch`` says whether the batch the checkpoint was
+        written in still has to end (``True``: with its pending validation run, ``False``: without)."""
         trainer = self.trainer
         progress = trainer._progress
+        fit = trainer.fit_loop
+        if finish_batch is not None:
+            self.on_advance_end(run_validation=finish_batch)
+            if self.done():
+                return
+        else:
+            self._is_last_batch = False
         if batches.done:
             return
         while True:
+            fit.phase = "between"
             try:
                 batch, self._is_last_batch = next(batches)
             except StopIteration:
@@ -86,6 +96,8 @@ class TrainingEpochLoop:
         if response == -1:
             return -1
         progress.batch_idx += 1  # batches taken this epoch, this one included
+        fit = trainer.fit_loop
+        fit.phase = "step"
         module = trainer.lightning_module
         assert module is not None
         accumulate = self.should_accumulate()
@@ -93,6 +105,7 @@ class TrainingEpochLoop:
             outputs = self.automatic.run(trainer.optimizers[0], batch, batch_idx, accumulate)
         else:
             outputs = self.manual.run(batch, batch_idx)
+        fit.phase = "batch"
         self.update_lr_schedulers("step", plateau=False)
         if self.num_ready_batches_reached():
             self.update_lr_schedulers("epoch", plateau=False)
@@ -102,10 +115,13 @@ class TrainingEpochLoop:
             trainer._metrics.on_train_step_end(trainer.fit_loop.results)
         return None
 
-    def on_advance_end(self) -> None:
+    def on_advance_end(self, run_validation: bool | None = None) -> None:
         trainer = self.trainer
         progress = trainer._progress
-        if self._should_check_val():
+        if run_validation is None:
+            run_validation = self._should_check_val()
+        if run_validation:
+            trainer.fit_loop.phase = "validation"
             trainer._run_validation_in_fit()
         self.update_lr_schedulers("step", plateau=True)
         module = trainer.lightning_module
@@ -167,3 +183,5 @@ class TrainingEpochLoop:
                     )
                     continue
             trainer._hooks.call_module("lr_scheduler_step", config.scheduler, metric)
+            self.scheduler_steps[0] += 1
+            self.scheduler_steps[1] += 1

@@ -21,6 +21,7 @@ def build_callbacks(
     enable_model_summary: bool,
     enable_checkpointing: bool,
 ) -> list[Callback]:
+    from fulmen.callbacks.model_checkpoint import Checkpoint, ModelCheckpoint
     from fulmen.callbacks.model_summary import ModelSummary
     from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
     from fulmen.callbacks.timer import Timer
@@ -47,6 +48,14 @@ def build_callbacks(
         )
     if not bars and enable_progress_bar:
         result.append(TQDMProgressBar())
+    checkpoints = [cb for cb in result if isinstance(cb, Checkpoint)]
+    if checkpoints and not enable_checkpointing:
+        raise MisconfigurationException(
+            "Trainer(enable_checkpointing=False) was set, but callbacks contains "
+            f"{type(checkpoints[0]).__name__}. Remove one of them."
+        )
+    if enable_checkpointing and not checkpoints:
+        result.append(ModelCheckpoint())
     summaries = [cb for cb in result if isinstance(cb, ModelSummary)]
     if enable_model_summary and not summaries:
         result.append(ModelSummary(max_depth=1))

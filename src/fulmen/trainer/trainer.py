@@ -146,6 +146,8 @@ class Trainer:
         self._hooks = HookDispatcher(self)
         self._data = TrainerData(self)
         self.fit_loop = FitLoop(self)
+        self._ckpt_path: str | None = None
+        self._ckpt_request: tuple[Any, bool] = (None, True)
         self.validate_loop = EvaluationLoop(self, "validation")
         self.test_loop = EvaluationLoop(self, "test")
         self.predict_loop = PredictionLoop(self)
@@ -445,8 +447,13 @@ class Trainer:
         val_dataloaders: Any = None,
         datamodule: LightningDataModule | None = None,
         ckpt_path: str | Path | None = None,
+        weights_only: bool | None = None,
     ) -> None:
-        """Train ``model``; validation runs as ``val_check_interval`` / ``check_val_every_n_epoch`` say."""
+        """Train ``model``; validation runs as ``val_check_interval`` / ``check_val_every_n_epoch`` say.
+
+        ``ckpt_path`` (a file, ``"last"`` or ``"best"``) resumes a run exactly where its checkpoint was written.
+        Checkpoints load with ``weights_only=True`` unless you pass ``weights_only=False`` for a trusted file.
+        """
         if isinstance(train_dataloaders, LightningDataModule):
             datamodule, train_dataloaders = train_dataloaders, None
         if datamodule is not None and (train_dataloaders is not None or val_dataloaders is not None):
@@ -455,7 +462,7 @@ class Trainer:
             )
         model = self._attach(model, datamodule, TrainerFn.FITTING)
         self._data.attach(train=train_dataloaders, val=val_dataloaders)
-        self._run(model, TrainerFn.FITTING, ckpt_path)
+        self._run(model, TrainerFn.FITTING, ckpt_path, weights_only)
 
     def validate(
         self,
@@ -464,9 +471,12 @@ class Trainer:
         ckpt_path: str | Path | None = None,
         verbose: bool = True,
         datamodule: LightningDataModule | None = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run one validation epoch; returns the epoch metrics per dataloader."""
-        return self._evaluate(model, dataloaders, ckpt_path, verbose, datamodule, TrainerFn.VALIDATING)
+        return self._evaluate(
+            model, dataloaders, ckpt_path, verbose, datamodule, TrainerFn.VALIDATING, weights_only
+        )
 
     def test(
         self,
@@ -475,9 +485,12 @@ class Trainer:
         ckpt_path: str | Path | None = None,
         verbose: bool = True,
         datamodule: LightningDataModule | None = None,
+        weights_only: bool | None = None,
     ) -> list[dict[str, float]]:
         """Run one test epoch; returns the epoch metrics per dataloader."""
-        return self._evaluate(model, dataloaders, ckpt_path, verbose, datamodule, TrainerFn.TESTING)
+        return self._evaluate(
+            model, dataloaders, ckpt_path, verbose, datamodule, TrainerFn.TESTING, weights_only
+        )
 
     def predict(
         self,
@@ -486,6 +499,7 @@ class Trainer:
         datamodule: LightningDataModule | None = None,
         return_predictions: bool | None = None,
         ckpt_path: str | Path | None = None,
+        weights_only: bool | None = None,
     ) -> Any:
         """Run ``predict_step`` over the predict dataloaders; returns the outputs (a list per dataloader)."""
         if isinstance(dataloaders, LightningDataModule):
@@ -493,19 +507,55 @@ class Trainer:
         model = self._attach(model, datamodule, TrainerFn.PREDICTING)
         self._data.attach(predict=dataloaders)
         self._return_predictions = True if return_predictions is None else return_predictions
-        return self._run(model, TrainerFn.PREDICTING, ckpt_path)
+        return self._run(model, TrainerFn.PREDICTING, self._eval_ckpt_path(model, ckpt_path), weights_only)
 
     def _evaluate(
         self, model: LightningModule | None, dataloaders: Any, ckpt_path: Any, verbose: bool,
-        datamodule: LightningDataModule | None, fn: TrainerFn,
+        datamodule: LightningDataModule | None, fn: TrainerFn, weights_only: bool | None,
     ) -> list[dict[str, float]]:  # fmt: skip
         if isinstance(dataloaders, LightningDataModule):
             datamodule, dataloaders = dataloaders, None
+        ckpt_path = self._eval_ckpt_path(model, ckpt_path)
         model = self._attach(model, datamodule, fn)
         stage = "val" if fn == TrainerFn.VALIDATING else "test"
         self._data.attach(**{stage: dataloaders})
         self._verbose = verbose
-        return self._run(model, fn, ckpt_path)  # type: ignore[no-any-return]
+        return self._run(model, fn, ckpt_path, weights_only)  # type: ignore[no-any-return]
+
+    def _eval_ckpt_path(self, model: LightningModule | None, ckpt_path: Any) -> Any:
+        """No model and no ckpt_path after a fit: evaluate the best checkpoint of that fit (as documented)."""
+        if ckpt_path is not None or model is not None:
+            return ckpt_path
+        cb = self.checkpoint_callback
+        if cb is not None and getattr(cb, "best_model_path", None):
+            return "best"
+        if self.lightning_module is not None and self.state.fn == TrainerFn.FITTING:
+            rank_zero_warn("No checkpoint of the last fit is known: the model's current weights are used.")
+        return None
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the last run loaded (``None`` if it started from the model's own weights)."""
+        return self._ckpt_path
+
+    def save_checkpoint(
+        self, filepath: str | Path, weights_only: bool | None = None, storage_options: Any = None
+    ) -> None:
+        """Write a checkpoint (atomically); a ``.safetensors`` path exports the weights only."""
+        from fulmen.trainer.checkpointing import save_checkpoint
+
+        if storage_options is not None:
+            raise MisconfigurationException(
+                "save_checkpoint(storage_options=...) is for remote filesystems, which fulmen does not write to. "
+                "Save to a local path."
+            )
+        if self.lightning_module is None:
+            raise MisconfigurationException(
+                "trainer.save_checkpoint() needs a model: call it during or after trainer.fit()."
+            )
+        save_checkpoint(self, filepath, weights_only=bool(weights_only))
+        self.strategy.barrier("Trainer.save_checkpoint")
 
     def _attach(
         self, model: LightningModule | None, datamodule: LightningDataModule | None, fn: TrainerFn
@@ -531,7 +581,9 @@ class Trainer:
         return model
 
     # -- the run ---------------------------------------------------------------------------------------
-    def _run(self, model: LightningModule, fn: TrainerFn, ckpt_path: Any) -> Any:
+    def _run(
+        self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None = None
+    ) -> Any:
         self.state.fn = fn
         self.state.status = TrainerStatus.RUNNING
         self.should_stop = False
@@ -541,11 +593,9 @@ class Trainer:
         self._hooks.reset()
         self._configure_callbacks(model)
         self._hooks.reset()
-        if ckpt_path is not None:
-            raise MisconfigurationException(
-                f"ckpt_path={ckpt_path!r}: resuming from checkpoints is not available in this version of fulmen."
-            )
         self._check_model(model, fn)
+        self._ckpt_request = (ckpt_path, weights_only is not False)
+        self._ckpt_path = None
         try:
             self._setup_run(model, fn)
             result: Any = None
@@ -643,6 +693,7 @@ class Trainer:
         hooks.call_module("setup", stage=stage)
         hooks.call_module("configure_sharded_model")
         hooks.call_module("configure_model")
+        checkpoint = self._load_requested_checkpoint(fn)
         self.strategy.setup(self)
         if fn == TrainerFn.FITTING:
             optimizers, configs, frequencies, _ = parse_configure_optimizers(
@@ -658,8 +709,27 @@ class Trainer:
             self.lr_scheduler_configs = configs
             self.optimizer_frequencies = frequencies
             self._wire_optimizers()
+            if checkpoint is not None:
+                from fulmen.trainer.checkpointing import restore_training_state
+
+                assert self._ckpt_path is not None
+                restore_training_state(self, checkpoint, self._ckpt_path)
         if self.loggers and self.enable_autolog_hparams and fn == TrainerFn.FITTING:
             self._log_hyperparams(model)
+
+    def _load_requested_checkpoint(self, fn: TrainerFn) -> dict[str, Any] | None:
+        """Load ``ckpt_path`` (weights, datamodule and callback states); training state follows later."""
+        from fulmen.trainer import checkpointing
+        from fulmen.utilities import checkpoint_io
+
+        ckpt_path, weights_only = self._ckpt_request
+        path = checkpointing.resolve_ckpt_path(self, ckpt_path)
+        if path is None:
+            return None
+        checkpoint = checkpoint_io.load(path, map_location="cpu", weights_only=weights_only)
+        self._ckpt_path = path
+        checkpointing.restore_module_and_callbacks(self, checkpoint, callbacks=fn == TrainerFn.FITTING)
+        return checkpoint if fn == TrainerFn.FITTING else None
 
     def _wire_optimizers(self) -> None:
         def count_step() -> None:

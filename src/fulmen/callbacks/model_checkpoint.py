@@ -1,0 +1,453 @@
+"""``ModelCheckpoint``: save the top-k and the last checkpoints of a run, by step, epoch or time.
+
+Rotation writes the new file first and deletes the one it replaces only afterwards, and it never deletes the
+checkpoint the run resumed from nor anything outside ``dirpath``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from fulmen.callbacks.callback import Callback
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import WarningCache, rank_zero_info, rank_zero_warn
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
+
+_FIELD = re.compile(r"\{([^{}:]+)(?::[^{}]*)?\}")
+
+
+class Checkpoint(Callback):
+    """Base class of checkpointing callbacks (the trainer runs them after the other callbacks)."""
+
+    _is_checkpoint_callback = True
+
+
+class ModelCheckpoint(Checkpoint):
+    CHECKPOINT_JOIN_CHAR = "-"
+    CHECKPOINT_EQUALS_CHAR = "="
+    CHECKPOINT_NAME_LAST = "last"
+    FILE_EXTENSION = ".ckpt"
+    STARTING_VERSION = 1
+
+    def __init__(
+        self,
+        dirpath: str | Path | None = None,
+        filename: str | None = None,
+        monitor: str | None = None,
+        verbose: bool = False,
+        save_last: bool | Literal["link"] | None = None,
+        save_top_k: int = 1,
+        save_on_exception: bool = False,
+        save_weights_only: bool = False,
+        mode: str = "min",
+        auto_insert_metric_name: bool = True,
+        every_n_train_steps: int | None = None,
+        train_time_interval: datetime.timedelta | None = None,
+        every_n_epochs: int | None = None,
+        save_on_train_epoch_end: bool | None = None,
+        enable_version_counter: bool = True,
+    ) -> None:
+        if mode not in ("min", "max"):
+            raise MisconfigurationException(f"ModelCheckpoint(mode={mode!r}) must be 'min' or 'max'.")
+        if not isinstance(save_top_k, int) or isinstance(save_top_k, bool) or save_top_k < -1:
+            raise MisconfigurationException(
+                f"ModelCheckpoint(save_top_k={save_top_k!r}) must be an int >= -1 (-1 keeps every checkpoint)."
+            )
+        if monitor is None and save_top_k not in (-1, 0, 1):
+            raise MisconfigurationException(
+                f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
+                "ranking to keep the top k by. Set monitor='<logged metric>' or save_top_k to -1, 0 or 1."
+            )
+        if save_last not in (None, True, False, "link"):
+            raise MisconfigurationException(
+                f"ModelCheckpoint(save_last={save_last!r}) must be a bool or 'link'."
+            )
+        for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise MisconfigurationException(
+                    f"ModelCheckpoint({name}={value!r}) must be an int >= 0 or None."
+                )
+        if train_time_interval is not None and not isinstance(train_time_interval, datetime.timedelta):
+            raise MisconfigurationException(
+                f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be a datetime.timedelta."
+            )
+        set_triggers = [
+            n for n, v in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs),
+                           ("train_time_interval", train_time_interval)) if v
+        ]  # fmt: skip
+        if len(set_triggers) > 1:
+            raise MisconfigurationException(
+                f"ModelCheckpoint got {', '.join(set_triggers)}: these triggers are mutually exclusive. Keep one."
+            )
+        self.dirpath: str | None = os.path.realpath(os.fspath(dirpath)) if dirpath is not None else None
+        self.filename = filename
+        self.monitor = monitor
+        self.verbose = verbose
+        self.save_last = save_last
+        self.save_top_k = save_top_k
+        self.save_on_exception = save_on_exception
+        self.save_weights_only = save_weights_only
+        self.mode = mode
+        self.auto_insert_metric_name = auto_insert_metric_name
+        self._save_on_train_epoch_end = save_on_train_epoch_end
+        self._enable_version_counter = enable_version_counter
+        if not set_triggers:
+            every_n_epochs = 1 if every_n_epochs is None else every_n_epochs
+        self._every_n_train_steps = every_n_train_steps or 0
+        self._every_n_epochs = every_n_epochs or 0
+        self._train_time_interval = train_time_interval
+        self._last_time_checked: float | None = None
+        self._last_global_step_saved = 0  # no checkpoint before the first step
+        self._last_checkpoint_saved = ""
+        self._warnings = WarningCache()
+        self.current_score: torch.Tensor | None = None
+        self.best_k_models: dict[str, torch.Tensor] = {}
+        self.kth_best_model_path = ""
+        self.best_model_score: torch.Tensor | None = None
+        self.best_model_path = ""
+        self.last_model_path = ""
+        self.kth_value = torch.tensor(math.inf if mode == "min" else -math.inf)
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(
+            monitor=self.monitor, mode=self.mode, every_n_train_steps=self._every_n_train_steps,
+            every_n_epochs=self._every_n_epochs, train_time_interval=self._train_time_interval,
+        )  # fmt: skip
+
+    @property
+    def every_n_epochs(self) -> int:
+        return self._every_n_epochs
+
+    # -- hooks -----------------------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        dirpath = self.dirpath if self.dirpath is not None else self._default_dirpath(trainer)
+        self.dirpath = trainer.strategy.broadcast(os.path.realpath(dirpath))
+        if stage != "fit" or not trainer.is_global_zero or not os.path.isdir(self.dirpath):
+            return
+        _remove_stale_temporaries(self.dirpath)
+        if trainer._ckpt_request[0] is None and os.listdir(self.dirpath):
+            rank_zero_warn(f"Checkpoint directory {self.dirpath} exists and is not empty.")
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._last_time_checked = time.monotonic()
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self._skip(trainer):
+            return
+        skip_batch = self._every_n_train_steps < 1 or trainer.global_step % self._every_n_train_steps != 0
+        skip_time = True
+        interval = self._train_time_interval
+        if interval is not None and self._last_time_checked is not None:
+            now = time.monotonic()
+            skip_time = now - self._last_time_checked < interval.total_seconds()
+            skip_time = trainer.strategy.reduce_boolean_decision(skip_time, all=True)
+            if not skip_time:
+                self._last_time_checked = now
+        if skip_batch and skip_time:
+            return
+        self._save(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if (
+            not self._skip(trainer)
+            and self._should_save_on_train_epoch_end(trainer)
+            and self._epoch_due(trainer)
+        ):
+            self._save(trainer)
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if (
+            not self._skip(trainer)
+            and not self._should_save_on_train_epoch_end(trainer)
+            and self._epoch_due(trainer)
+        ):
+            self._save(trainer)
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        if not self.save_on_exception or self.dirpath is None or trainer.state.fn is None:
+            return
+        if trainer.state.fn.value != "fit" or trainer.lightning_module is None:
+            return
+        name = f"exception-{self.format_checkpoint_name(self._monitor_candidates(trainer))}"
+        path = os.path.join(self.dirpath, name)
+        trainer.save_checkpoint(path, self.save_weights_only)
+        rank_zero_info(f"Saved a checkpoint after {type(exception).__name__} to {path}")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "monitor": self.monitor, "best_model_score": self.best_model_score,
+            "best_model_path": self.best_model_path, "current_score": self.current_score,
+            "dirpath": self.dirpath, "best_k_models": dict(self.best_k_models),
+            "kth_best_model_path": self.kth_best_model_path, "kth_value": self.kth_value,
+            "last_model_path": self.last_model_path,
+        }  # fmt: skip
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved_dir = state_dict.get("dirpath")
+        same_dir = (
+            saved_dir is not None and self.dirpath is not None and os.path.realpath(saved_dir) == self.dirpath
+        )
+        if same_dir:
+            self.best_k_models = dict(state_dict.get("best_k_models", {}))
+            self.kth_best_model_path = state_dict.get("kth_best_model_path", "")
+            self.kth_value = state_dict.get("kth_value", self.kth_value)
+            self.current_score = state_dict.get("current_score")
+            self.last_model_path = state_dict.get("last_model_path", "")
+        else:
+            rank_zero_warn(
+                f"The checkpoint was written with ModelCheckpoint(dirpath={saved_dir!r}); this run saves to "
+                f"{self.dirpath!r}, so only best_model_path/score are restored and top-k starts afresh."
+            )
+        self.best_model_score = state_dict.get("best_model_score")
+        self.best_model_path = state_dict.get("best_model_path", "")
+
+    # -- decisions -------------------------------------------------------------------------------------
+    def _skip(self, trainer: Trainer) -> bool:
+        fn = trainer.state.fn
+        return (
+            bool(trainer.fast_dev_run)
+            or fn is None
+            or fn.value != "fit"
+            or trainer.sanity_checking
+            or self._last_global_step_saved == trainer.global_step
+        )
+
+    def _epoch_due(self, trainer: Trainer) -> bool:
+        return self._every_n_epochs >= 1 and (trainer.current_epoch + 1) % self._every_n_epochs == 0
+
+    def _should_save_on_train_epoch_end(self, trainer: Trainer) -> bool:
+        if self._save_on_train_epoch_end is not None:
+            return self._save_on_train_epoch_end
+        if trainer.check_val_every_n_epoch != 1:
+            return False  # validation does not run every epoch: save after the validation runs
+        if sum(trainer.num_val_batches) == 0:
+            return True  # no validation: the epoch end is the only place
+        return trainer.val_check_interval == 1.0  # several validations per epoch: save after each
+
+    def check_monitor_top_k(self, trainer: Trainer, current: torch.Tensor | None = None) -> bool:
+        if current is None:
+            return False
+        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
+            return True
+        better = torch.lt if self.mode == "min" else torch.gt
+        return bool(better(current, self.kth_value.to(current.device)))
+
+    # -- names -----------------------------------------------------------------------------------------
+    def format_checkpoint_name(
+        self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None, prefix: str = ""
+    ) -> str:
+        """The file path for ``metrics``: ``'{epoch}-{val_loss:.2f}'`` -> ``epoch=3-val_loss=0.12.ckpt``."""
+        name = self._format_template(filename or self.filename, metrics, prefix)
+        if ver is not None:
+            name = self.CHECKPOINT_JOIN_CHAR.join((name, f"v{ver}"))
+        name += self.FILE_EXTENSION
+        return os.path.join(self.dirpath, name) if self.dirpath else name
+
+    def _format_template(self, template: str | None, metrics: dict[str, Any], prefix: str) -> str:
+        template = template or "{epoch}" + self.CHECKPOINT_JOIN_CHAR + "{step}"
+        names = _FIELD.findall(template)
+        if self.auto_insert_metric_name:
+            for name in sorted(set(names), key=len, reverse=True):
+                template = re.sub(
+                    r"\{" + re.escape(name) + r"(?=[:}])",
+                    name + self.CHECKPOINT_EQUALS_CHAR + "{" + name,
+                    template,
+                )
+        values: dict[str, Any] = {}
+        for i, name in enumerate(names):
+            value = metrics.get(name, 0)
+            if isinstance(value, torch.Tensor):
+                value = value.item()
+            key = f"__f{i}"
+            values[key] = value
+            template = re.sub(r"\{" + re.escape(name) + r"(?=[:}])", "{" + key, template, count=1)
+        name = template.format(**values)
+        return self.CHECKPOINT_JOIN_CHAR.join((prefix, name)) if prefix else name
+
+    def _versioned_path(self, metrics: dict[str, Any], filename: str | None, keep: str | None) -> str:
+        """``format_checkpoint_name``, adding ``-vN`` while the name belongs to an unrelated file."""
+        path = self.format_checkpoint_name(metrics, filename)
+        if not self._enable_version_counter:
+            return path
+        version = self.STARTING_VERSION
+        while os.path.exists(path) and path != keep:
+            path = self.format_checkpoint_name(metrics, filename, ver=version)
+            version += 1
+        return path
+
+    def find_last_checkpoints(self, trainer: Trainer) -> list[Path]:
+        """Files named like this callback's last checkpoints in ``dirpath`` (for ``ckpt_path="last"``)."""
+        if self.dirpath is None or not os.path.isdir(self.dirpath):
+            return []
+        stem = self.CHECKPOINT_NAME_LAST
+        return [p for p in Path(self.dirpath).iterdir()
+                if p.is_file() and p.suffix == self.FILE_EXTENSION and stem in p.stem and not p.name.startswith(".")]  # fmt: skip
+
+    # -- saving ----------------------------------------------------------------------------------------
+    def _monitor_candidates(self, trainer: Trainer) -> dict[str, Any]:
+        candidates = dict(trainer.callback_metrics)
+        candidates.setdefault("epoch", torch.tensor(trainer.current_epoch))
+        candidates.setdefault("step", torch.tensor(trainer.global_step))
+        return candidates
+
+    def _save(self, trainer: Trainer) -> None:
+        candidates = self._monitor_candidates(trainer)
+        self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
+        self._last_global_step_saved = trainer.global_step
+
+    def _write(self, trainer: Trainer, path: str) -> None:
+        trainer.save_checkpoint(path, self.save_weights_only)
+        self._last_checkpoint_saved = path
+
+    def _save_topk_checkpoint(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
+        if self.save_top_k == 0:
+            return
+        if self.monitor is None:
+            previous = self._last_checkpoint_saved if self.save_top_k == 1 else ""
+            path = self._versioned_path(candidates, None, keep=previous or None)
+            self._write(trainer, path)
+            self.best_model_path = path
+            if previous and previous != path:
+                self._remove(trainer, previous)
+            return
+        current = candidates.get(self.monitor)
+        if current is None:
+            message = (
+                f"ModelCheckpoint(monitor={self.monitor!r}) could not find {self.monitor!r} in the logged "
+                f"metrics: {sorted(k for k in candidates if k not in ('epoch', 'step'))}. Log it with "
+                f"self.log({self.monitor!r}, value) or change `monitor`."
+            )
+            if trainer.validate_loop._has_run:
+                raise MisconfigurationException(message)
+            self._warnings.warn(message)
+            return
+        current = torch.as_tensor(current).detach().float().cpu()
+        if self.check_monitor_top_k(trainer, current):
+            self._update_best_and_save(current, trainer, candidates)
+        elif self.verbose:
+            rank_zero_info(
+                f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: {self.monitor!r} was not in "
+                f"the top {self.save_top_k}"
+            )
+
+    def _update_best_and_save(
+        self, current: torch.Tensor, trainer: Trainer, candidates: dict[str, Any]
+    ) -> None:
+        k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
+        replaced = ""
+        if len(self.best_k_models) == k and k > 0:
+            replaced = self.kth_best_model_path
+            self.best_k_models.pop(replaced, None)
+        if torch.isnan(current):
+            current = torch.tensor(math.inf if self.mode == "min" else -math.inf)
+        path = self._versioned_path(candidates, None, keep=replaced or None)
+        self.current_score = current
+        self.best_k_models[path] = current
+        pick_worst, pick_best = (max, min) if self.mode == "min" else (min, max)
+        if len(self.best_k_models) == k:
+            self.kth_best_model_path = pick_worst(self.best_k_models, key=self.best_k_models.__getitem__)
+            self.kth_value = self.best_k_models[self.kth_best_model_path]
+        self.best_model_path = pick_best(self.best_k_models, key=self.best_k_models.__getitem__)
+        self.best_model_score = self.best_k_models[self.best_model_path]
+        if self.verbose:
+            rank_zero_info(
+                f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: {self.monitor!r} reached "
+                f"{float(current):.5f} (best {float(self.best_model_score):.5f}), saving model to {path!r} as top {k}"
+            )
+        self._write(trainer, path)  # the new file is in place before the one it replaces goes
+        if replaced and replaced != path:
+            self._remove(trainer, replaced)
+
+    def _save_last_checkpoint(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
+        if not self.save_last:
+            return
+        previous = self.last_model_path
+        path = self._versioned_path(candidates, self.CHECKPOINT_NAME_LAST, keep=previous or None)
+        if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
+            _link(self._last_checkpoint_saved, path)
+        else:
+            trainer.save_checkpoint(path, self.save_weights_only)
+        self.last_model_path = path
+        if previous and previous != path:
+            self._remove(trainer, previous)
+
+    def save_interrupt_checkpoint(self, trainer: Trainer) -> str:
+        """A last checkpoint now (on SIGTERM / Ctrl-C), so ``ckpt_path="last"`` continues from here."""
+        previous = self.last_model_path
+        path = self._versioned_path(
+            self._monitor_candidates(trainer), self.CHECKPOINT_NAME_LAST, keep=previous or None
+        )
+        trainer.save_checkpoint(path, self.save_weights_only)
+        self.last_model_path = path
+        if previous and previous != path:
+            self._remove(trainer, previous)
+        return path
+
+    def _remove(self, trainer: Trainer, path: str) -> None:
+        """Delete a rotated-out checkpoint, unless it is the resume source or lies outside ``dirpath``."""
+        if not trainer.is_global_zero or self.dirpath is None:
+            return
+        real = os.path.realpath(path)
+        if trainer.ckpt_path is not None and real == os.path.realpath(trainer.ckpt_path):
+            return
+        if os.path.dirname(real) != os.path.realpath(self.dirpath):
+            return
+        if real in {os.path.realpath(p) for p in (self.best_model_path, self.last_model_path) if p}:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+    # -- paths -----------------------------------------------------------------------------------------
+    def _default_dirpath(self, trainer: Trainer) -> str:
+        """``<save_dir>/<name>/<version>/checkpoints`` of the first logger, else ``<default_root_dir>/checkpoints``."""
+        if trainer.loggers:
+            logger = trainer.loggers[0]
+            save_dir = logger.save_dir or trainer.default_root_dir
+            version = logger.version
+            version = version if isinstance(version, str) else f"version_{version}"
+            return os.path.join(save_dir, str(logger.name or ""), version, "checkpoints")
+        return os.path.join(trainer.default_root_dir, "checkpoints")
+
+    def to_yaml(self, filepath: str | Path | None = None) -> None:
+        import yaml
+
+        best = {k: float(v) for k, v in self.best_k_models.items()}
+        target = filepath or os.path.join(self.dirpath or ".", "best_k_models.yaml")
+        with open(target, "w") as f:
+            yaml.dump(best, f)
+
+
+_TEMPORARY = re.compile(r"^\..+\.tmp$")
+
+
+def _remove_stale_temporaries(dirpath: str) -> None:
+    """Drop half-written files a killed run left behind (``.<name>.<random>.tmp``, see checkpoint_io)."""
+    for entry in os.scandir(dirpath):
+        if entry.is_file() and _TEMPORARY.match(entry.name) and entry.name.count(".") >= 3:
+            with contextlib.suppress(OSError):
+                os.remove(entry.path)
+
+
+def _link(target: str, link: str) -> None:
+    """Point ``link`` at ``target`` atomically (a temporary symlink renamed over the old one)."""
+    tmp = f"{link}.tmp-link-{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(tmp)
+    os.symlink(os.path.relpath(target, os.path.dirname(link) or "."), tmp)
+    os.replace(tmp, link)
