@@ -4,7 +4,8 @@
 
 KIND:N kills the process (SIGKILL, from inside, so the point is exact) at global batch N (epoch * batches
 per epoch + batch index): ``start`` before the batch runs, ``end`` after its checkpoint, ``val`` in the
-middle of a validation run, ``epoch`` at the end of epoch N, ``save`` halfway through writing a checkpoint.
+middle of a validation run, ``epoch`` at the end of epoch N, ``save`` halfway through writing a checkpoint; ``term`` and ``int`` send
+SIGTERM / SIGINT instead (handled: the run saves and stops by itself).
 The run uses every RNG (torch, numpy, python), dropout, shuffled training and validation data, momentum,
 a step and an epoch scheduler and gradient accumulation; it prints ``batch N`` as it goes and writes the
 final weights to OUT_DIR/final.pt.
@@ -103,6 +104,8 @@ class Killer(Callback):
             self._die()
         if self.kind == "save" and trainer.current_epoch * BATCHES_PER_EPOCH + batch_idx == self.n:
             _kill_during_next_save()
+        if self.kind in ("term", "int") and trainer.current_epoch * BATCHES_PER_EPOCH + batch_idx == self.n:
+            os.kill(os.getpid(), signal.SIGTERM if self.kind == "term" else signal.SIGINT)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.kind == "end" and _global_batch(trainer) == self.n:
@@ -167,6 +170,9 @@ def main() -> None:
     )  # fmt: skip
     model = Net(args.workers)
     trainer.fit(model, ckpt_path="last" if args.resume else None)
+    if trainer.interrupted:
+        print("interrupted", flush=True)
+        return
     torch.save(model.state_dict(), os.path.join(args.out, "final.pt"))
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from fulmen.core.hooks import DataHooks
 from fulmen.core.mixins import HyperparametersMixin
+from fulmen.core.saving import load_from_checkpoint, restricted_classmethod
 
 if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
@@ -22,6 +24,25 @@ class LightningDataModule(DataHooks, HyperparametersMixin):
     def __init__(self) -> None:
         super().__init__()
         self.trainer: Trainer | None = None
+
+    @restricted_classmethod
+    def load_from_checkpoint(
+        cls: Any,
+        checkpoint_path: str | Path,
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Build the class from a checkpoint: its stored hyperparameters (``**kwargs`` override them) and its ``state_dict``.
+
+        Loads with ``weights_only=True`` (no code from the file runs); pass ``weights_only=False`` only for
+        files you trust.
+        """
+        return load_from_checkpoint(
+            cls, checkpoint_path, map_location=map_location, hparams_file=hparams_file,
+            weights_only=weights_only, **kwargs,
+        )  # fmt: skip
 
     @classmethod
     def from_datasets(
@@ -67,3 +88,4 @@ class LightningDataModule(DataHooks, HyperparametersMixin):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+    def on_exception(self, exception: BaseException) -> None: ...

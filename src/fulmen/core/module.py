@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
@@ -12,6 +13,7 @@ from torch.optim import Optimizer
 from fulmen.core.hooks import CheckpointHooks, DataHooks, ModelHooks
 from fulmen.core.mixins import DeviceDtypeModuleMixin, HyperparametersMixin
 from fulmen.core.optimizer import LightningOptimizer
+from fulmen.core.saving import load_from_checkpoint, restricted_classmethod
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
@@ -28,6 +30,29 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     Subclass it, implement ``training_step`` and ``configure_optimizers`` (plus the other steps you need),
     and hand it to :class:`fulmen.Trainer`.
     """
+
+    # load_state_dict(strict=...) when restoring checkpoints; set False for partial weights
+    strict_loading: bool = True
+
+    @restricted_classmethod
+    def load_from_checkpoint(
+        cls: Any,
+        checkpoint_path: str | Path,
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Build the class from a checkpoint: its stored hyperparameters (``**kwargs`` override them), then its weights.
+
+        Loads with ``weights_only=True`` (no code from the file runs); pass ``weights_only=False`` only for
+        files you trust.
+        """
+        return load_from_checkpoint(
+            cls, checkpoint_path, map_location=map_location, hparams_file=hparams_file, strict=strict,
+            weights_only=weights_only, **kwargs,
+        )  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -81,6 +81,8 @@ class TrainingEpochLoop:
                 progress.batch_idx += 1
                 break
             self.on_advance_end()
+            if trainer._signals.received is not None:
+                trainer._signals.stop()
             if self.done():
                 break
 

@@ -23,6 +23,7 @@ from fulmen.trainer.config import parse_loop_flags
 from fulmen.trainer.data import TrainerData, step_overridden
 from fulmen.trainer.hooks import HookDispatcher
 from fulmen.trainer.logging import MetricsHub, ResultCollection, to_scalars
+from fulmen.trainer.signals import SignalConnector, SignalInterrupt, slurm_requeued
 from fulmen.trainer.state import FitProgress, RunningStage, TrainerFn, TrainerState, TrainerStatus
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
@@ -148,6 +149,7 @@ class Trainer:
         self.fit_loop = FitLoop(self)
         self._ckpt_path: str | None = None
         self._ckpt_request: tuple[Any, bool] = (None, True)
+        self._signals = SignalConnector(self)
         self.validate_loop = EvaluationLoop(self, "validation")
         self.test_loop = EvaluationLoop(self, "test")
         self.predict_loop = PredictionLoop(self)
@@ -594,8 +596,12 @@ class Trainer:
         self._configure_callbacks(model)
         self._hooks.reset()
         self._check_model(model, fn)
+        if ckpt_path is None and fn == TrainerFn.FITTING and slurm_requeued():
+            ckpt_path = "last"  # a requeued SLURM job continues where the previous allocation stopped
         self._ckpt_request = (ckpt_path, weights_only is not False)
         self._ckpt_path = None
+        if fn == TrainerFn.FITTING:
+            self._signals.install()
         try:
             self._setup_run(model, fn)
             result: Any = None
@@ -612,6 +618,11 @@ class Trainer:
         except BaseException as exception:
             self.state.status = TrainerStatus.INTERRUPTED
             self._hooks.call_callbacks("on_exception", exception)
+            self._hooks.call_datamodule("on_exception", exception)
+            if isinstance(exception, SignalInterrupt):
+                self._teardown(fn, interrupted=True)
+                self._signals.after_teardown(exception)
+                return None
             if isinstance(exception, KeyboardInterrupt):
                 rank_zero_warn("Detected KeyboardInterrupt, attempting graceful shutdown ...")
                 self._teardown(fn, interrupted=True)
@@ -823,6 +834,7 @@ class Trainer:
             logger.finalize("success" if not interrupted else "failed")
         self.strategy.teardown()
         self._results = None
+        self._signals.restore()
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         if self.is_global_zero:

@@ -91,7 +91,9 @@ def save_hyperparameters(
                 f"save_hyperparameters() got a {type(hp).__name__}; pass argument names as strings, "
                 "or one dict / Namespace of hyper-parameters."
             )
-        obj._hparams_name = None
+        # the __init__ argument that carried the object, so load_from_checkpoint can pass it back by name
+        init_args = collect_init_args(obj, frame) if frame is not None else {}
+        obj._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
     else:
         init_args = given_hparams if given_hparams is not None else collect_init_args(obj, frame)
         if args:

@@ -1,0 +1,105 @@
+"""``load_from_checkpoint``: rebuild a LightningModule / LightningDataModule from a checkpoint file.
+
+The class comes from the caller, never from the file: the checkpoint only supplies weights and
+hyperparameters (stored as primitives), and ``**kwargs`` override or complete those hyperparameters.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import torch
+
+from fulmen.utilities import checkpoint_io
+
+T = TypeVar("T")
+
+
+class restricted_classmethod(Generic[T]):
+    """A classmethod that refuses to run on an instance (it would return a new object, not load in place)."""
+
+    def __init__(self, method: Callable[..., T]) -> None:
+        self.method = method
+        functools.update_wrapper(self, method)  # type: ignore[arg-type]
+
+    def __get__(self, instance: Any, owner: type) -> Callable[..., T]:
+        if instance is not None:
+            name = self.method.__name__
+
+            def refuse(*args: Any, **kwargs: Any) -> T:
+                raise TypeError(
+                    f"{owner.__name__}.{name}() is a class method that returns a new object; calling it on an "
+                    f"instance would not change that instance. Use `model = {owner.__name__}.{name}(path)`."
+                )
+
+            return refuse
+        return functools.partial(self.method, owner)
+
+
+def _read_hparams_file(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"hparams_file={os.fspath(path)!r} must hold a YAML mapping, got {type(data).__name__}."
+        )
+    return data
+
+
+def _init_kwargs(
+    cls: type, checkpoint: dict[str, Any], prefix: str, hparams_file: Any, overrides: dict[str, Any]
+) -> dict[str, Any]:
+    hparams: dict[str, Any] = dict(checkpoint.get(f"{prefix}hyper_parameters") or {})
+    if hparams_file is not None:
+        hparams = _read_hparams_file(hparams_file)
+    name = checkpoint.get(f"{prefix}hparams_name")
+    signature = inspect.signature(cls.__init__)  # type: ignore[misc]
+    params = signature.parameters
+    takes_var_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if name and name != "kwargs" and name in params:
+        kwargs = {name: hparams}
+    else:
+        # arguments the constructor cannot take (e.g. saved by an older version of the class) are dropped
+        kwargs = hparams if takes_var_kwargs else {k: v for k, v in hparams.items() if k in params}
+    kwargs.update(overrides)
+    return kwargs
+
+
+def load_from_checkpoint(
+    cls: type[T],
+    checkpoint_path: str | Path,
+    map_location: Any = None,
+    hparams_file: str | Path | None = None,
+    strict: bool | None = None,
+    weights_only: bool | None = None,
+    **kwargs: Any,
+) -> T:
+    from fulmen.core.datamodule import LightningDataModule
+
+    checkpoint = checkpoint_io.load(
+        checkpoint_path, map_location="cpu", weights_only=weights_only is not False
+    )
+    is_datamodule = issubclass(cls, LightningDataModule)
+    prefix = "datamodule_" if is_datamodule else ""
+    obj: Any = cls(**_init_kwargs(cls, checkpoint, prefix, hparams_file, kwargs))
+    if is_datamodule:
+        state = checkpoint.get(cls.__qualname__)
+        if state:
+            obj.load_state_dict(state)
+        obj.on_load_checkpoint(checkpoint)
+        return obj  # type: ignore[no-any-return]
+    obj.on_load_checkpoint(checkpoint)
+    if "state_dict" not in checkpoint:
+        raise KeyError(f"{os.fspath(checkpoint_path)!r} has no 'state_dict': it is not a model checkpoint.")
+    strict = getattr(obj, "strict_loading", True) if strict is None else strict
+    obj.load_state_dict(checkpoint["state_dict"], strict=strict)
+    if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
+        obj.to(torch.device(map_location) if isinstance(map_location, int | str) else map_location)
+    return obj  # type: ignore[no-any-return]

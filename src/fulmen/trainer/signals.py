@@ -1,0 +1,131 @@
+"""SIGTERM, SIGUSR1 (SLURM) and Ctrl-C during fit: finish the step, save a checkpoint, stop cleanly.
+
+The handler only records the signal; the training loop looks at it after each batch, so the checkpoint is
+written at a batch boundary (a point exact resume continues from) and never from inside a signal handler.
+A second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+
+if TYPE_CHECKING:
+    from fulmen.trainer.trainer import Trainer
+
+
+class SignalInterrupt(BaseException):
+    """Raised by the loop after a handled signal, once the checkpoint is written."""
+
+    def __init__(self, signum: int, checkpoint: str | None) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}; checkpoint: {checkpoint}")
+        self.signum = signum
+        self.checkpoint = checkpoint
+
+
+def _on_slurm() -> bool:
+    return "SLURM_JOB_ID" in os.environ
+
+
+class SignalConnector:
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _signals(self) -> list[int]:
+        wanted: list[int] = [signal.SIGTERM, signal.SIGINT]
+        usr1 = getattr(signal, "SIGUSR1", None)
+        if usr1 is not None and _on_slurm():
+            wanted.append(usr1)
+        return wanted
+
+    def install(self) -> None:
+        self.received = None
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        for sig in self._signals():
+            previous = signal.getsignal(sig)
+            if sig == signal.SIGINT and previous is not signal.default_int_handler:
+                continue  # someone else handles Ctrl-C (e.g. a notebook kernel): leave it to them
+            self._previous[sig] = previous
+            signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # second Ctrl-C: stop now
+        self.received = signum
+        rank_zero_info(
+            f"Received {signal.Signals(signum).name}: finishing the current step, then saving a checkpoint "
+            "and stopping." + (" Press Ctrl-C again to stop at once." if signum == signal.SIGINT else "")
+        )
+
+    def stop(self) -> None:
+        """Save a checkpoint at this batch boundary and unwind the run."""
+        signum = self.received
+        assert signum is not None
+        path = self._save()
+        raise SignalInterrupt(signum, path)
+
+    def _save(self) -> str | None:
+        trainer = self.trainer
+        for cb in trainer.checkpoint_callbacks:
+            save = getattr(cb, "save_interrupt_checkpoint", None)
+            if save is not None and getattr(cb, "dirpath", None):
+                path: str = save(trainer)
+                break
+        else:
+            path = os.path.join(trainer.default_root_dir, "interrupted.ckpt")
+            trainer.save_checkpoint(path)
+        rank_zero_info(f"Saved checkpoint {path!r}; resume with trainer.fit(..., ckpt_path={path!r}).")
+        return path
+
+    def after_teardown(self, interrupt: SignalInterrupt) -> None:
+        """SIGINT returns from fit (``trainer.interrupted``); SIGTERM / SIGUSR1 end the process (status 0)."""
+        if interrupt.signum == signal.SIGINT:
+            return
+        if (
+            interrupt.signum == getattr(signal, "SIGUSR1", None)
+            and _on_slurm()
+            and self.trainer.is_global_zero
+        ):
+            self._requeue()
+        raise SystemExit(0)
+
+    def _requeue(self) -> None:
+        job = os.environ.get("SLURM_ARRAY_JOB_ID")
+        job = (
+            f"{job}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+            if job and "SLURM_ARRAY_TASK_ID" in os.environ
+            else None
+        )
+        job = job or os.environ["SLURM_JOB_ID"]
+        scontrol = shutil.which("scontrol")
+        if scontrol is None:
+            rank_zero_warn("SIGUSR1 under SLURM, but `scontrol` is not on PATH: the job is not requeued.")
+            return
+        result = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, check=False)
+        if result.returncode == 0:
+            rank_zero_info(f"Requeued SLURM job {job}; it resumes from the last checkpoint.")
+        else:
+            rank_zero_warn(f"`scontrol requeue {job}` failed: {result.stderr.strip()}")
+
+
+def slurm_requeued() -> bool:
+    """True in a SLURM job that was requeued (it should continue from its last checkpoint)."""
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT", "0")) > 0
+    except ValueError:
+        return False
