@@ -158,7 +158,7 @@ def main() -> None:
     callbacks: list[Callback] = []
     if not args.reference:
         callbacks = [Saver(os.path.join(ckpt_dir, "last.ckpt")),
-                     ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=1, save_last=True, save_top_k=0,
+                     ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=1, save_last=True, save_top_k=1,
                                      enable_version_counter=False)]  # fmt: skip
         if args.kill:
             kind, n = args.kill.split(":")

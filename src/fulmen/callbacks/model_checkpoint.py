@@ -160,7 +160,7 @@ class ModelCheckpoint(Checkpoint):
                 self._last_time_checked = now
         if skip_batch and skip_time:
             return
-        self._save(trainer)
+        self._save(trainer, by_step=True)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if (
@@ -305,10 +305,21 @@ class ModelCheckpoint(Checkpoint):
         candidates.setdefault("step", torch.tensor(trainer.global_step))
         return candidates
 
-    def _save(self, trainer: Trainer) -> None:
+    def _save(self, trainer: Trainer, by_step: bool = False) -> None:
+        """Top-k, then last. ``save_last`` copies every step-triggered save; an epoch-triggered save (end of
+        epoch / validation) updates last only when a top-k file was written, or on the final epoch when
+        top-k saving is off (the behaviour of Lightning 2.6, checked against it in the parity tests)."""
         candidates = self._monitor_candidates(trainer)
+        saved_before = self._last_checkpoint_saved
         self._save_topk_checkpoint(trainer, candidates)
-        self._save_last_checkpoint(trainer, candidates)
+        wrote_top_k = self._last_checkpoint_saved != saved_before or (
+            self.save_top_k != 0 and self.monitor is None
+        )
+        final_epoch = trainer.should_stop or (
+            trainer.max_epochs not in (None, -1) and trainer.current_epoch + 1 >= trainer.max_epochs
+        )
+        if by_step or wrote_top_k or (self.save_top_k == 0 and final_epoch):
+            self._save_last_checkpoint(trainer, candidates)
         self._last_global_step_saved = trainer.global_step
 
     def _write(self, trainer: Trainer, path: str) -> None:

@@ -1,0 +1,180 @@
+"""Safe loading, atomic writes, hyperparameters as primitives, safetensors export, load_from_checkpoint."""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from fulmen import LightningDataModule, Trainer
+from fulmen.demos.boring_classes import BoringModel
+from fulmen.utilities import checkpoint_io
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class HModel(BoringModel):
+    def __init__(self, lr: float = 0.1, path: Path = Path("x/y"), color: Color = Color.RED, dims=(2, 3)):
+        super().__init__()
+        self.save_hyperparameters()
+
+
+class DM(LightningDataModule):
+    def __init__(self, batch_size: int = 4) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.seen = 0
+
+    def state_dict(self):
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state_dict):
+        self.seen = state_dict["seen"]
+
+    def train_dataloader(self):
+        return BoringModel().train_dataloader()
+
+
+def _fit(model, **kwargs) -> Trainer:
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, logger=False,
+                      enable_progress_bar=False, enable_model_summary=False, **kwargs)  # fmt: skip
+    trainer.fit(model)
+    return trainer
+
+
+class _Payload:
+    """Unpickling this runs code: what a malicious checkpoint would carry."""
+
+    def __reduce__(self):
+        return (exec, ("open('PWNED', 'w').write('code from a checkpoint ran')",))
+
+
+def test_malicious_checkpoint_is_refused_and_payload_never_runs(tmp_path):
+    path = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": BoringModel().state_dict(), "hyper_parameters": {"x": _Payload()}}, path)
+    with pytest.raises(checkpoint_io.UnsafeCheckpointError) as info:
+        checkpoint_io.load(path)
+    message = str(info.value)
+    assert str(path) in message and "weights_only=False" in message
+    with pytest.raises(checkpoint_io.UnsafeCheckpointError):
+        BoringModel.load_from_checkpoint(path)
+    trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(checkpoint_io.UnsafeCheckpointError):
+        trainer.fit(BoringModel(), ckpt_path=path)
+    assert not Path("PWNED").exists()
+    # a trusted file can still be opened on purpose
+    checkpoint_io.load(path, weights_only=False)
+    assert Path("PWNED").exists()
+
+
+def test_fulmen_checkpoints_load_with_weights_only_true(tmp_path):
+    dm = DM()
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, logger=False, enable_progress_bar=False,
+                      enable_model_summary=False)  # fmt: skip
+    trainer.fit(HModel(), datamodule=dm)
+    path = tmp_path / "plain.ckpt"
+    trainer.save_checkpoint(path)
+    # plain torch, no allow-list: everything fulmen writes is tensors, containers and primitives
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["hyper_parameters"] == {"lr": 0.1, "path": "x/y", "color": "red", "dims": (2, 3)}
+    assert checkpoint["hparams_name"] == "kwargs"
+    assert checkpoint["datamodule_hyper_parameters"] == {"batch_size": 4}
+    assert checkpoint["DM"] == {"seen": 0}
+    for key in ("state_dict", "optimizer_states", "lr_schedulers", "epoch", "global_step", "loops", "callbacks",
+                "pytorch-lightning_version"):  # fmt: skip
+        assert key in checkpoint
+
+
+def test_load_from_checkpoint_overrides_and_refuses_instances(tmp_path):
+    model = HModel(lr=0.5)
+    trainer = _fit(model)
+    path = tmp_path / "m.ckpt"
+    trainer.save_checkpoint(path)
+    loaded = HModel.load_from_checkpoint(path, color=Color.RED, path=Path("a"))
+    assert loaded.hparams.lr == 0.5 and loaded.hparams.path == Path("a")
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value)
+    with pytest.raises(TypeError, match="class method"):
+        model.load_from_checkpoint(path)
+    dm = DM.load_from_checkpoint(path) if "datamodule_hyper_parameters" in torch.load(path) else None
+    assert dm is None
+
+
+def test_datamodule_load_from_checkpoint(tmp_path):
+    dm = DM(batch_size=7)
+    dm.seen = 3
+    trainer = Trainer(max_epochs=1, limit_train_batches=1, logger=False, enable_progress_bar=False,
+                      enable_model_summary=False)  # fmt: skip
+    trainer.fit(BoringModel(), datamodule=dm)
+    path = tmp_path / "dm.ckpt"
+    trainer.save_checkpoint(path)
+    restored = DM.load_from_checkpoint(path)
+    assert restored.hparams.batch_size == 7 and restored.seen == 3
+
+
+def test_write_failure_names_the_path_and_keeps_the_previous_file(tmp_path, monkeypatch):
+    model = BoringModel()
+    trainer = _fit(model)
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / "keep.ckpt"
+    trainer.save_checkpoint(path)
+    before = path.read_bytes()
+
+    def disk_full(obj, f, *args, **kwargs):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_io.torch, "save", disk_full)
+    with pytest.raises(checkpoint_io.CheckpointWriteError, match="No space left") as info:
+        trainer.save_checkpoint(path)
+    assert str(path) in str(info.value)
+    assert path.read_bytes() == before
+    assert [p.name for p in out.iterdir()] == ["keep.ckpt"], "no temporary file is left behind"
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(checkpoint_io.CheckpointWriteError, match="file/x.ckpt"):
+        trainer.save_checkpoint(tmp_path / "file" / "x.ckpt")
+    # training state is untouched: the trainer can still save and continue
+    trainer.save_checkpoint(path)
+    assert trainer.global_step == 2
+
+
+def test_safetensors_export_and_load(tmp_path):
+    pytest.importorskip("safetensors")
+    model = HModel(lr=0.25)
+    trainer = _fit(model)
+    path = tmp_path / "weights.safetensors"
+    trainer.save_checkpoint(path)
+    from safetensors.torch import load_file
+
+    tensors = load_file(os.fspath(path))
+    assert set(tensors) == set(model.state_dict())
+    loaded = HModel.load_from_checkpoint(path, path=Path("x/y"), color=Color.RED)
+    assert loaded.hparams.lr == 0.25
+    assert torch.equal(loaded.layer.weight, model.layer.weight)
+
+
+def test_weights_only_checkpoint_cannot_resume(tmp_path):
+    trainer = _fit(BoringModel())
+    path = tmp_path / "w.ckpt"
+    trainer.save_checkpoint(path, weights_only=True)
+    assert "optimizer_states" not in torch.load(path, weights_only=True)
+    with pytest.raises(KeyError, match="no optimizer states"):
+        Trainer(max_epochs=2, logger=False, enable_progress_bar=False).fit(BoringModel(), ckpt_path=path)
+
+
+def test_ckpt_path_errors():
+    trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(FileNotFoundError, match="missing.ckpt"):
+        trainer.fit(BoringModel(), ckpt_path="missing.ckpt")
+    with pytest.raises(ValueError, match="best"):
+        trainer.fit(BoringModel(), ckpt_path="best")
+    with pytest.warns(UserWarning, match="no last checkpoint"):
+        trainer.fit(BoringModel(), ckpt_path="last")

@@ -1,0 +1,144 @@
+"""Exact resume: a run SIGKILLed anywhere and resumed from its last checkpoint ends bitwise equal.
+
+Each test drives ``resume_run.py`` in subprocesses (a real SIGKILL cannot be survived in-process).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fulmen.utilities import checkpoint_io
+
+SCRIPT = Path(__file__).with_name("resume_run.py")
+BATCHES = 13  # per epoch, see resume_run.py
+EPOCHS = 4
+
+
+def _run(out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=300,
+    )
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)
+
+
+def _assert_bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{key}: max diff {(a[key] - b[key]).abs().max().item()}"
+
+
+def _kill_points(seed: int, count: int) -> list[str]:
+    """Strictly increasing random kill points of every kind (mid-epoch, mid-validation, epoch end, mid-save)."""
+    rng = random.Random(seed)
+    points: list[str] = []
+    n = -1
+    while len(points) < count:
+        n += rng.randint(1, 3)
+        kind = rng.choice(["start", "end", "end", "val", "epoch", "save"])
+        if kind == "val":  # validation runs after batches 5 and 10 of each epoch (val_check_interval=5)
+            while n % BATCHES not in (4, 9):
+                n += 1
+        if kind == "epoch":
+            n = BATCHES * (n // BATCHES) + BATCHES - 1
+            points.append(f"epoch:{n // BATCHES}")
+        else:
+            points.append(f"{kind}:{n}")
+        assert n < BATCHES * EPOCHS - 1, "kill points must leave the run something to resume"
+    return points
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    out = tmp_path_factory.mktemp("reference")
+    result = _run(out, "--reference")
+    assert result.returncode == 0, result.stderr
+    return _weights(out / "final.pt")
+
+
+def test_resume_after_random_sigkills_is_bitwise_exact(tmp_path, reference):
+    points = _kill_points(seed=20261122, count=10)
+    out = tmp_path / "run"
+    for point in points:
+        result = _run(out, "--resume", "--kill", point)
+        assert result.returncode == -signal.SIGKILL, (point, result.returncode, result.stderr[-2000:])
+        assert not (out / "final.pt").exists()
+    # two more kills from outside, at moments the run does not choose (possibly mid-save)
+    rng = random.Random(7)
+    for _ in range(2):
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(out), "--resume"], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        seen = 0
+        target = rng.randint(1, 4)
+        for line in proc.stdout:
+            if line.startswith("batch"):
+                seen += 1
+                if seen == target:
+                    proc.kill()
+                    break
+        proc.wait(timeout=60)
+        assert proc.returncode == -signal.SIGKILL
+    final = _run(out, "--resume")
+    assert final.returncode == 0, final.stderr[-2000:]
+    _assert_bitwise_equal(_weights(out / "final.pt"), reference)
+
+
+def test_resume_with_persistent_worker_processes(tmp_path):
+    env = {"PERSIST": "1"}
+    ref_out = tmp_path / "ref"
+    assert _run(ref_out, "--reference", "--workers", "2", env=env).returncode == 0
+    out = tmp_path / "run"
+    for point in ("end:7", "val:22"):  # mid-window in epoch 0; mid-validation in epoch 1 (workers running)
+        assert _run(out, "--resume", "--workers", "2", "--kill", point, env=env).returncode == -signal.SIGKILL
+    assert _run(out, "--resume", "--workers", "2", env=env).returncode == 0
+    _assert_bitwise_equal(_weights(out / "final.pt"), _weights(ref_out / "final.pt"))
+
+
+def test_kill_during_save_leaves_previous_checkpoint(tmp_path, reference):
+    out = tmp_path / "run"
+    result = _run(out, "--kill", "save:20")
+    assert result.returncode == -signal.SIGKILL
+    ckpt_dir = out / "checkpoints"
+    leftovers = [p.name for p in ckpt_dir.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers, "the kill should have hit a half-written temporary file"
+    # the file under the final name is the complete previous checkpoint (end of batch 19)
+    checkpoint = checkpoint_io.load(ckpt_dir / "last.ckpt")
+    progress = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+    assert checkpoint["epoch"] == 1 and progress["current"]["processed"] == 20 - BATCHES
+    resumed = _run(out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert not [p for p in ckpt_dir.iterdir() if p.name.endswith(".tmp")], "stale temporaries are cleaned up"
+    _assert_bitwise_equal(_weights(out / "final.pt"), reference)
+
+
+@pytest.mark.parametrize("kind", ["term", "int"])
+def test_sigterm_and_ctrl_c_save_and_stop_cleanly(tmp_path, reference, kind):
+    out = tmp_path / "run"
+    result = _run(out, "--kill", f"{kind}:9")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("batch")]
+    assert lines[-1] == "batch 9", "the step in flight finishes, then the run stops"
+    if kind == "int":
+        assert result.stdout.splitlines()[-1] == "interrupted"  # fit returned with trainer.interrupted
+    assert (out / "checkpoints" / "last.ckpt").exists()
+    resumed = _run(out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    _assert_bitwise_equal(_weights(out / "final.pt"), reference)
