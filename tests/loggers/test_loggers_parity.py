@@ -93,8 +93,10 @@ def test_csv_and_tensorboard_match_lightning(tmp_path):
             "tb_dir": os.path.relpath(loggers[1].log_dir, root),
             "trainer_log_dir": os.path.relpath(trainer.log_dir, root),
             "csv_header": sorted(header),
-            "csv_rows": [{k: (f"{float(v):.5f}" if v and k not in ("epoch", "step") else v) for k, v in r.items()}
-                         for r in rows],  # fmt: skip
+            "csv_rows": [
+                {k: (f"{float(v):.5f}" if v and k not in ("epoch", "step") else v) for k, v in r.items()}
+                for r in rows
+            ],
             "hparams": yaml.safe_load((csv_dir / "hparams.yaml").read_text()),
             "tb_files": sorted(p.name.split(".")[0] for p in Path(loggers[1].log_dir).iterdir()),
             "tb": _tb_scalars(loggers[1].log_dir),

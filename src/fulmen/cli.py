@@ -1,0 +1,299 @@
+"""``LightningCLI`` and the ``fulmen`` command: train, validate, test and predict from the command line and
+YAML configs (built on jsonargparse, imported only when a CLI is built).
+
+    fulmen fit --model pkg.MyModel --data pkg.MyData --trainer.max_epochs 5
+    fulmen fit --config cfg.yaml --config override.yaml
+    fulmen fit --print_config
+    fulmen plot LOGDIR
+
+With no ``--model``, ``fulmen fit`` trains the bundled digits demo.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from fulmen.callbacks.callback import Callback
+from fulmen.core.datamodule import LightningDataModule
+from fulmen.core.module import LightningModule
+from fulmen.trainer.trainer import Trainer
+from fulmen.utilities.seed import seed_everything
+
+_SUBCOMMANDS = {
+    "fit": "Train a model (optionally resuming with --ckpt_path).",
+    "validate": "Run one validation epoch.",
+    "test": "Run one test epoch.",
+    "predict": "Run prediction.",
+}
+_DEMO_MODEL = "fulmen.demos.digits.DigitsClassifier"
+_DEMO_DATA = "fulmen.demos.digits.DigitsDataModule"
+
+
+def _jsonargparse() -> Any:
+    try:
+        import jsonargparse
+    except ImportError as err:
+        raise ModuleNotFoundError(
+            "The fulmen command line needs jsonargparse: pip install 'fulmen[cli]' (or pip install jsonargparse)."
+        ) from err
+    return jsonargparse
+
+
+class SaveConfigCallback(Callback):
+    """Writes the run's full config next to its logs, so ``--config <that file>`` repeats the run."""
+
+    def __init__(
+        self, parser: Any, config: Any, config_filename: str = "config.yaml", overwrite: bool = False
+    ) -> None:
+        self.parser = parser
+        self.config = config
+        self.config_filename = config_filename
+        self.overwrite = overwrite
+        self.path: str | None = None
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        log_dir = trainer.log_dir or trainer.default_root_dir
+        path = os.path.join(log_dir, self.config_filename)
+        if trainer.is_global_zero:
+            if os.path.exists(path) and not self.overwrite and trainer.ckpt_path is None:
+                raise RuntimeError(
+                    f"{path} already exists: saving the config would overwrite a previous run's. Use another "
+                    "--trainer.default_root_dir, or LightningCLI(save_config_kwargs={'overwrite': True})."
+                )
+            os.makedirs(log_dir, exist_ok=True)
+            self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=False)
+        self.path = path
+
+
+class LightningCLI:
+    """Parse the command line / configs into a Trainer, a model and a datamodule, and run a subcommand."""
+
+    def __init__(
+        self,
+        model_class: type[LightningModule] | Callable[..., LightningModule] | None = None,
+        datamodule_class: type[LightningDataModule] | Callable[..., LightningDataModule] | None = None,
+        save_config_callback: type[SaveConfigCallback] | None = SaveConfigCallback,
+        save_config_kwargs: dict[str, Any] | None = None,
+        trainer_class: type[Trainer] | Callable[..., Trainer] = Trainer,
+        trainer_defaults: dict[str, Any] | None = None,
+        seed_everything_default: bool | int = True,
+        parser_kwargs: dict[str, Any] | None = None,
+        subclass_mode_model: bool = False,
+        subclass_mode_data: bool = False,
+        args: list[str] | dict[str, Any] | None = None,
+        run: bool = True,
+        auto_configure_optimizers: bool = True,
+    ) -> None:
+        self.model_class = model_class
+        self.datamodule_class = datamodule_class
+        self.save_config_callback = save_config_callback
+        self.save_config_kwargs = save_config_kwargs or {}
+        self.trainer_class = trainer_class
+        self.trainer_defaults = trainer_defaults or {}
+        self.seed_everything_default = seed_everything_default
+        self.subclass_mode_model = model_class is None or subclass_mode_model
+        self.subclass_mode_data = datamodule_class is None or subclass_mode_data
+        self.parser = self._build_parser(parser_kwargs or {}, run)
+        self.config = (
+            self.parser.parse_args(args) if not isinstance(args, dict) else self.parser.parse_object(args)
+        )
+        self.subcommand: str | None = self.config.get("subcommand") if run else None
+        section = self.config[self.subcommand] if self.subcommand else self.config
+        self._section = section
+        self._seed(section)
+        self.config_init = self.parser.instantiate_classes(self.config)
+        init = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        self.model: LightningModule = init.get("model")
+        self.datamodule: LightningDataModule | None = init.get("data")
+        self.trainer = self._instantiate_trainer(init, section)
+        if self.subcommand:
+            self._run(init)
+
+    # -- parser ----------------------------------------------------------------------------------------
+    def _build_parser(self, parser_kwargs: dict[str, Any], run: bool) -> Any:
+        jap = _jsonargparse()
+        if not run:
+            parser = jap.ArgumentParser(**parser_kwargs)
+            self._add_arguments(parser, None)
+            return parser
+        parser = jap.ArgumentParser(description="fulmen: train PyTorch models.", **parser_kwargs)
+        subcommands = parser.add_subcommands(required=True, dest="subcommand")
+        self._subparsers: dict[str, Any] = {}
+        for name, help_text in _SUBCOMMANDS.items():
+            sub = jap.ArgumentParser(description=help_text)
+            self._add_arguments(sub, name)
+            subcommands.add_subcommand(name, sub, help=help_text)
+            self._subparsers[name] = sub
+        return parser
+
+    def _add_arguments(self, parser: Any, subcommand: str | None) -> None:
+        jap = _jsonargparse()
+        parser.add_argument(
+            "-c", "--config", action=jap.ActionConfigFile, help="YAML config file (repeatable)."
+        )
+        parser.add_argument(
+            "--seed_everything", type=bool | int, default=self.seed_everything_default,
+            help="Seed for every RNG: an int, true (a random seed, recorded in the config) or false.",
+        )  # fmt: skip
+        parser.add_class_arguments(
+            self.trainer_class, "trainer", fail_untyped=False, sub_configs=True, instantiate=False
+        )
+        parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items()})
+        self._add_component(
+            parser, "model", self.model_class, LightningModule, self.subclass_mode_model, True
+        )
+        self._add_component(
+            parser, "data", self.datamodule_class, LightningDataModule, self.subclass_mode_data, False
+        )
+        if subcommand is not None:
+            parser.add_argument(
+                "--ckpt_path", type=str | None, default=None, help="Checkpoint: a path, 'last' or 'best'."
+            )
+        self.add_arguments_to_parser(parser)
+
+    @staticmethod
+    def _add_component(
+        parser: Any, key: str, cls: Any, base: type, subclass_mode: bool, required: bool
+    ) -> None:
+        if cls is not None and not subclass_mode:
+            parser.add_class_arguments(cls, key, fail_untyped=False, sub_configs=True)
+        else:
+            parser.add_subclass_arguments(cls or base, key, fail_untyped=False, required=required)
+
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        """Override to add your own arguments or links."""
+
+    # -- objects ---------------------------------------------------------------------------------------
+    def _seed(self, section: Any) -> None:
+        seed = section.get("seed_everything")
+        if seed is True:
+            seed = seed_everything(None, verbose=False)
+            section["seed_everything"] = seed  # the saved config repeats the run exactly
+        elif seed is not False and seed is not None:
+            seed_everything(int(seed), verbose=False)
+
+    def _instantiate_trainer(self, init: Any, section: Any) -> Trainer:
+        kwargs = dict(init.get("trainer") or {})
+        callbacks = kwargs.get("callbacks") or []
+        callbacks = [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
+        if self.save_config_callback is not None and self.subcommand == "fit":
+            # the subcommand's own section: `fulmen fit --config <saved file>` repeats the run
+            sub = self._subparsers[self.subcommand]
+            callbacks.append(self.save_config_callback(sub, section, **self.save_config_kwargs))
+        kwargs["callbacks"] = callbacks
+        return self.trainer_class(**kwargs)
+
+    def _run(self, init: Any) -> None:
+        fn = getattr(self.trainer, self.subcommand)  # type: ignore[arg-type]
+        kwargs: dict[str, Any] = {"datamodule": self.datamodule, "ckpt_path": init.get("ckpt_path")}
+        if self.subcommand == "fit":
+            fn(self.model, **kwargs)
+            self._report_fit()
+        else:
+            fn(self.model, **kwargs)
+
+    def _report_fit(self) -> None:
+        trainer = self.trainer
+        if not trainer.is_global_zero:
+            return
+        lines = []
+        cb: Any = trainer.checkpoint_callback
+        if cb is not None and getattr(cb, "dirpath", None):
+            lines.append(
+                f"checkpoints: {cb.dirpath}"
+                + (f" (best: {cb.best_model_path})" if cb.best_model_path else "")
+            )
+        if trainer.loggers:
+            lines.append(f"logs: {trainer.log_dir}")
+            png = plot_run(trainer.log_dir) if trainer.log_dir else None
+            if png:
+                lines.append(f"curves: {png}")
+        for line in lines:
+            print(line)
+
+
+# -- curves ----------------------------------------------------------------------------------------------
+def _read_metrics(log_dir: str) -> dict[str, list[tuple[int, float]]]:
+    """Scalar series of a run: metrics.csv (CSVLogger) or TensorBoard event files."""
+    import csv
+
+    series: dict[str, list[tuple[int, float]]] = {}
+    csv_path = os.path.join(log_dir, "metrics.csv")
+    if os.path.exists(csv_path):
+        with open(csv_path) as f:
+            for row in csv.DictReader(f):
+                step = int(row.get("step") or 0)
+                for key, value in row.items():
+                    if key in ("step", "epoch", "hp_metric") or value in (None, ""):
+                        continue
+                    series.setdefault(key, []).append((step, float(value)))
+        return series
+    if any(name.startswith("events.out.tfevents") for name in os.listdir(log_dir)):
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        acc = EventAccumulator(log_dir)
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            if tag not in ("epoch", "hp_metric"):
+                series[tag] = [(e.step, e.value) for e in acc.Scalars(tag)]
+    return series
+
+
+def plot_run(log_dir: str) -> str | None:
+    """Write ``curves.png`` (training and validation metrics over steps) into ``log_dir``; needs matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    if not os.path.isdir(log_dir):
+        raise FileNotFoundError(f"fulmen plot: {log_dir!r} is not a directory.")
+    series = _read_metrics(log_dir)
+    if not series:
+        return None
+    groups: dict[str, list[str]] = {}
+    for key in sorted(series):
+        base = key.removeprefix("train_").removeprefix("val_").removesuffix("_step").removesuffix("_epoch")
+        groups.setdefault(base, []).append(key)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(7, 2.6 * len(groups)), squeeze=False)
+    for ax, (name, keys) in zip(axes[:, 0], groups.items()):
+        for key in keys:
+            steps, values = zip(*series[key])
+            ax.plot(steps, values, label=key, marker="o" if len(steps) < 30 else None, markersize=3)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.legend()
+    fig.tight_layout()
+    path = os.path.join(log_dir, "curves.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``fulmen`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["plot"]:
+        if len(argv) != 2:
+            raise SystemExit("usage: fulmen plot LOGDIR")
+        path = plot_run(argv[1])
+        print(path if path else f"No metrics (or no matplotlib) to plot in {argv[1]}.")
+        return
+    if argv[:1] == ["fit"] and not any(
+        a == "--model" or a.startswith(("--model=", "--model.", "--config", "-c")) for a in argv
+    ):
+        argv += ["--model", _DEMO_MODEL]
+        if not any(a.startswith("--data") for a in argv):
+            argv += ["--data", _DEMO_DATA]
+        if not any(a.startswith("--trainer.max_epochs") for a in argv):
+            argv += ["--trainer.max_epochs", "20"]
+        print("No --model given: training the bundled digits demo (fulmen fit --help for options).")
+    LightningCLI(args=argv)
+
+
+__all__ = ["LightningCLI", "SaveConfigCallback", "main", "plot_run"]

@@ -1,0 +1,82 @@
+"""The command line: LightningCLI from YAML configs, --print_config, the saved config, `fulmen fit` (demo)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+pytest.importorskip("jsonargparse")
+
+from fulmen.cli import LightningCLI, main, plot_run
+
+BORING = "fulmen.demos.boring_classes.BoringModel"
+BORING_DATA = "fulmen.demos.boring_classes.BoringDataModule"
+
+
+def _write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_fit_from_yaml_configs_saves_config_and_checkpoints(tmp_path):
+    base = _write(tmp_path / "base.yaml", {
+        "model": {"class_path": BORING},
+        "data": {"class_path": BORING_DATA},
+        "trainer": {"max_epochs": 3, "limit_train_batches": 2, "limit_val_batches": 1,
+                    "enable_progress_bar": False, "default_root_dir": str(tmp_path / "runs"),
+                    "logger": {"class_path": "fulmen.loggers.CSVLogger", "init_args": {"save_dir": str(tmp_path / "runs")}}},
+        "seed_everything": 7,
+    })  # fmt: skip
+    override = _write(tmp_path / "override.yaml", {"trainer": {"max_epochs": 2}})
+    cli = LightningCLI(
+        args=["fit", "--config", str(base), "--config", str(override), "--trainer.limit_train_batches=3"]
+    )
+    assert cli.trainer.current_epoch == 2 and cli.trainer.global_step == 6
+    log_dir = Path(cli.trainer.log_dir)
+    saved = yaml.safe_load((log_dir / "config.yaml").read_text())
+    assert saved["trainer"]["max_epochs"] == 2 and saved["seed_everything"] == 7
+    assert saved["model"]["class_path"] == BORING
+    checkpoints = list((log_dir / "checkpoints").glob("*.ckpt"))
+    assert [p.name for p in checkpoints] == ["epoch=1-step=6.ckpt"]
+    # the saved config repeats the run; validate from the checkpoint
+    again = LightningCLI(
+        args=["validate", "--config", str(log_dir / "config.yaml"), "--ckpt_path", str(checkpoints[0])]
+    )
+    assert again.trainer.ckpt_path == str(checkpoints[0])
+    assert again.trainer.state.fn is not None and again.trainer.state.fn.value == "validate"
+    assert torch.equal(
+        again.model.layer.weight, torch.load(checkpoints[0], weights_only=True)["state_dict"]["layer.weight"]
+    )
+
+
+def test_print_config(capsys):
+    with pytest.raises(SystemExit) as info:
+        LightningCLI(args=["fit", "--model", BORING, "--trainer.max_epochs=4", "--print_config"])
+    assert info.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["trainer"]["max_epochs"] == 4 and printed["model"]["class_path"] == BORING
+
+
+def test_bad_argument_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        LightningCLI(args=["fit", "--model", BORING, "--trainer.max_epochz=4"])
+    assert "max_epochz" in capsys.readouterr().err
+
+
+def test_fulmen_fit_without_model_trains_the_demo(tmp_path, capsys):
+    pytest.importorskip("sklearn")
+    main(["fit", "--trainer.max_epochs=1", "--trainer.limit_train_batches=3", "--trainer.enable_progress_bar=false",
+          f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "digits demo" in out and "checkpoints:" in out
+
+
+def test_plot_command(tmp_path):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "metrics.csv").write_text("epoch,step,train_loss,val_loss\n0,0,1.0,\n0,1,0.5,0.7\n")
+    path = plot_run(str(tmp_path))
+    assert path is not None and Path(path).read_bytes()[:4] == b"\x89PNG"
+    main(["plot", str(tmp_path)])
