@@ -102,8 +102,6 @@ def test_load_from_checkpoint_overrides_and_refuses_instances(tmp_path):
         assert torch.equal(loaded.state_dict()[key], value)
     with pytest.raises(TypeError, match="class method"):
         model.load_from_checkpoint(path)
-    dm = DM.load_from_checkpoint(path) if "datamodule_hyper_parameters" in torch.load(path) else None
-    assert dm is None
 
 
 def test_datamodule_load_from_checkpoint(tmp_path):
@@ -178,3 +176,21 @@ def test_ckpt_path_errors():
         trainer.fit(BoringModel(), ckpt_path="best")
     with pytest.warns(UserWarning, match="no last checkpoint"):
         trainer.fit(BoringModel(), ckpt_path="last")
+
+
+def test_save_on_exception_writes_a_checkpoint_in_dirpath(tmp_path):
+    from fulmen.callbacks import ModelCheckpoint
+
+    class Boom(BoringModel):
+        def training_step(self, batch, batch_idx):
+            if self.global_step == 2:
+                raise RuntimeError("boom")
+            return super().training_step(batch, batch_idx)
+
+    callback = ModelCheckpoint(dirpath=tmp_path / "ck", save_on_exception=True)
+    trainer = Trainer(max_epochs=1, callbacks=[callback], logger=False, enable_progress_bar=False,
+                      enable_model_summary=False)  # fmt: skip
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(Boom())
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["exception-epoch=0-step=2.ckpt"]
+    assert checkpoint_io.load(tmp_path / "ck" / "exception-epoch=0-step=2.ckpt")["global_step"] == 2

@@ -183,8 +183,7 @@ class ModelCheckpoint(Checkpoint):
             return
         if trainer.state.fn.value != "fit" or trainer.lightning_module is None:
             return
-        name = f"exception-{self.format_checkpoint_name(self._monitor_candidates(trainer))}"
-        path = os.path.join(self.dirpath, name)
+        path = self.format_checkpoint_name(self._monitor_candidates(trainer), prefix="exception")
         trainer.save_checkpoint(path, self.save_weights_only)
         rank_zero_info(f"Saved a checkpoint after {type(exception).__name__} to {path}")
 

@@ -95,7 +95,6 @@ class PrefetchIterator:
         self.limit = limit
         self._quiet = quiet_base_seed
         self.fetched = skip
-        self.loaded_skipped = False  # whether resuming had to load (and drop) the skipped batches
         self._lazy = fetches_lazily(iterable)
         self._total: int | float = min(limit, len(iterable)) if self._lazy else limit
         self._iter: Iterator[Any] | None = None
@@ -112,7 +111,7 @@ class PrefetchIterator:
             iterator = self._iter_of(loader)
             prime()
             return iterator
-        self.loaded_skipped = True
+        # not rebuildable (iterable dataset, custom DataLoader subclass): load and drop the skipped batches
         iterator = self._iter_of(iterable)
         for _ in range(skip):
             if next(iterator, _DONE) is _DONE:
