@@ -2,6 +2,7 @@
 
 from fulmen.callbacks.callback import Callback
 from fulmen.callbacks.early_stopping import EarlyStopping
+from fulmen.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
 from fulmen.callbacks.lr_monitor import LearningRateMonitor
 from fulmen.callbacks.model_checkpoint import Checkpoint, ModelCheckpoint
 from fulmen.callbacks.model_summary import ModelSummary
@@ -12,6 +13,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "EarlyStopping",
+    "GradientAccumulationScheduler",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,13 +178,25 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         trainer.strategy.backward(loss, None, *args, **kwargs)
 
     def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
-        """Override to customise the backward call; the default is ``loss.backward(*args, **kwargs)``."""
+        """Override to customise the backward call; the default is ``loss.backward(*args, **kwargs)``.
+
+        Overrides with the 1.x signature ``backward(self, loss, optimizer, optimizer_idx, *args)`` receive
+        those two arguments too (and may pass them on to ``super().backward``).
+        """
+        if args and (
+            isinstance(args[0], (Optimizer, LightningOptimizer))
+            or (len(args) >= 2 and args[0] is None and (args[1] is None or isinstance(args[1], int)))
+        ):
+            args = args[2:]  # 1.x positional (optimizer, optimizer_idx): not loss.backward's arguments
         loss.backward(*args, **kwargs)
 
-    def toggle_optimizer(self, optimizer: Optimizer | LightningOptimizer) -> None:
+    def toggle_optimizer(
+        self, optimizer: Optimizer | LightningOptimizer, optimizer_idx: int | None = None
+    ) -> None:
         """Let only ``optimizer``'s parameters require grad; parameters of other optimizers are frozen.
 
         The previous ``requires_grad`` state is saved so that :meth:`untoggle_optimizer` restores it.
+        ``optimizer_idx`` is accepted for the 1.x spelling ``toggle_optimizer(optimizer, optimizer_idx)``.
         """
         target = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
         own = {id(p) for group in target.param_groups for p in group["params"]}
@@ -199,11 +212,23 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
                     param.requires_grad = False
         self._param_requires_grad_state = state
 
-    def untoggle_optimizer(self, optimizer: Optimizer | LightningOptimizer) -> None:
-        """Restore the ``requires_grad`` flags that :meth:`toggle_optimizer` changed."""
+    def untoggle_optimizer(self, optimizer: Optimizer | LightningOptimizer | int) -> None:
+        """Restore the ``requires_grad`` flags that :meth:`toggle_optimizer` changed.
+
+        Takes the optimizer (2.x) or its index (the 1.x spelling ``untoggle_optimizer(optimizer_idx)``).
+        """
         for param, requires_grad in self._param_requires_grad_state.items():
             param.requires_grad = requires_grad
         self._param_requires_grad_state = {}
+
+    @contextmanager
+    def toggled_optimizer(self, optimizer: Optimizer | LightningOptimizer) -> Generator[None, None, None]:
+        """``toggle_optimizer`` on entry and ``untoggle_optimizer`` on exit, even when the block raises."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
 
     def clip_gradients(
         self,
@@ -237,8 +262,15 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         optimizer: Optimizer,
         gradient_clip_val: int | float | None = None,
         gradient_clip_algorithm: str | None = None,
+        *legacy: Any,
     ) -> None:
-        """Called before every optimizer step with the Trainer's clipping settings; override to customise."""
+        """Called before every optimizer step with the Trainer's clipping settings; override to customise.
+
+        An override may use the 1.x signature ``(optimizer, optimizer_idx, gradient_clip_val,
+        gradient_clip_algorithm)``; the trainer then passes the optimizer's index.
+        """
+        if legacy:  # super() called the 1.x way: (optimizer, optimizer_idx, gradient_clip_val, algorithm)
+            gradient_clip_val, gradient_clip_algorithm = gradient_clip_algorithm, legacy[0]  # type: ignore[assignment]
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def optimizer_step(
@@ -247,16 +279,38 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         batch_idx: int,
         optimizer: Optimizer | LightningOptimizer,
         optimizer_closure: Any = None,
+        *legacy: Any,
+        **legacy_kwargs: Any,
     ) -> None:
-        """Step ``optimizer``; ``optimizer_closure`` runs training_step, zero_grad and backward."""
+        """Step ``optimizer``; ``optimizer_closure`` runs training_step, zero_grad and backward.
+
+        Override it with the 2.x signature above or the 1.x one, ``(epoch, batch_idx, optimizer,
+        optimizer_idx, optimizer_closure, on_tpu=False, using_native_amp=False, using_lbfgs=False)``: the
+        trainer reads the override's signature and calls it accordingly.
+        """
+        if legacy and not callable(optimizer_closure):  # super() called the 1.x way: idx, then closure
+            optimizer_closure = legacy[0]
+        unknown = set(legacy_kwargs) - {"optimizer_idx", "on_tpu", "using_native_amp", "using_lbfgs"}
+        if unknown:
+            raise TypeError(f"optimizer_step() got unexpected keyword arguments {sorted(unknown)}")
         optimizer.step(closure=optimizer_closure)
 
-    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Optimizer) -> None:
-        """Clear gradients; called on the first batch of each accumulation window (``set_to_none``)."""
-        optimizer.zero_grad()
+    def optimizer_zero_grad(
+        self, epoch: int, batch_idx: int, optimizer: Optimizer, optimizer_idx: int | None = None
+    ) -> None:
+        """Clear gradients by setting them to None; called on the first batch of each accumulation window.
 
-    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
-        """Step one scheduler; ``metric`` is the monitored value for ``ReduceLROnPlateau``-like ones."""
+        ``optimizer_idx`` is passed to overrides with the 1.x signature only.
+        """
+        optimizer.zero_grad(set_to_none=True)
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any, *legacy: Any) -> None:
+        """Step one scheduler; ``metric`` is the monitored value for ``ReduceLROnPlateau``-like ones.
+
+        Overrides may use the 1.x signature ``(scheduler, optimizer_idx, metric)``.
+        """
+        if legacy:  # super() called the 1.x way: (scheduler, optimizer_idx, metric)
+            metric = legacy[0]
         if metric is None:
             scheduler.step()
         else:

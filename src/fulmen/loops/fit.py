@@ -11,16 +11,19 @@ The whole loop, every hook in order (``cb.`` callbacks then ``module.``; hooks i
         for batch in train_dataloader:                     # up to limit_train_batches
             batch transfer hooks
             on_train_batch_start                           # -1 from the module ends the epoch
-            optimizer_step(closure)  -> closure: training_step, [on_before_zero_grad, optimizer_zero_grad
-                                        on the first batch of a window], on_before_backward, backward,
-                                        on_after_backward; then on_before_optimizer_step,
-                                        configure_gradient_clipping, optimizer.step
-                                     (batches inside an accumulation window run the closure only)
+            for each active optimizer:                     # several: 1.x optimizer_idx, params toggled
+                optimizer_step(closure) -> closure: training_step, [on_before_zero_grad,
+                                           optimizer_zero_grad on the first batch of a window],
+                                           on_before_backward, backward, on_after_backward;
+                                           then on_before_optimizer_step, configure_gradient_clipping,
+                                           optimizer.step
+                (batches inside an accumulation window run the closure only)
             [lr_scheduler_step for 'step' schedulers; 'epoch' ones on the epoch's last batch]
             on_train_batch_end
             [validation run: on_validation_model_zero_grad, on_validation_model_eval, on_validation_start,
              on_validation_epoch_start, per batch: on_validation_batch_start, validation_step,
              on_validation_batch_end; on_validation_epoch_end, on_validation_end, on_validation_model_train]
+        [training_epoch_end(outputs)]                      # 1.x hook, when overridden
         on_train_epoch_end  (callbacks, module, then monitoring callbacks: EarlyStopping, checkpoints)
     on_train_end
     on_fit_end, teardown("fit")
@@ -193,14 +196,15 @@ class FitLoop:
         trainer = self.trainer
         progress = trainer._progress
         phase, batch_idx = self.phase, progress.batch_idx
+        window = self.epoch_loop.window_state(before_current_batch=phase == "step")
         if phase == "step":  # written during training_step: resume before this batch (not bitwise)
             phase, batch_idx = "between", batch_idx - 1
         elif phase == "epoch_start":
-            phase, batch_idx = "between", 0
+            phase, batch_idx, window = "between", 0, [0, 1, True]
         module = trainer.lightning_module
         grads = None
-        if phase in ("batch", "validation") and module is not None:
-            window_open = not module.automatic_optimization or self.epoch_loop.should_accumulate()
+        if phase in ("batch", "validation", "between") and module is not None:
+            window_open = not module.automatic_optimization or not window[2]
             if window_open:
                 grads = [p.grad.detach().clone() if p.grad is not None else None for p in module.parameters()]
                 if all(g is None for g in grads):
@@ -214,7 +218,7 @@ class FitLoop:
             "is_last_batch": self.epoch_loop.is_last_batch,
             "val_pending": phase == "batch" and self.epoch_loop._should_check_val(),
             "should_stop": trainer.should_stop, "epoch_start_step": self.epoch_start_step,
-            "scheduler_steps": list(self.epoch_loop.scheduler_steps),
+            "scheduler_steps": list(self.epoch_loop.scheduler_steps), "window": window,
             "rng": checkpointing.capture_rng(),
             "epoch_start_rng": self._epoch_start_rng if phase in ("batch", "validation", "between") else None,
             "grads": grads, "callback_metrics": metrics,
@@ -254,9 +258,12 @@ class FitLoop:
             trainer._progress.batch_idx = batch_idx
             batches = self._make_iterator(skip=batch_idx, epoch_rng=state.get("epoch_start_rng"))
             self._restore_point(state)
-            self.epoch_loop._is_last_batch = bool(state.get("is_last_batch", False))
+            epoch_loop = self.epoch_loop
+            epoch_loop.reset_epoch()
+            epoch_loop._is_last_batch = bool(state.get("is_last_batch", False))
+            epoch_loop.load_window_state(state.get("window"), batch_idx)
             finish = None if phase == "between" else bool(state.get("val_pending")) and phase == "batch"
-            self.epoch_loop.run(batches, finish_batch=finish)
+            epoch_loop.run(batches, finish_batch=finish, resumed=True)
             self.on_advance_end()
         elif phase == "epoch_end":
             self._restore_point(state)
@@ -298,6 +305,8 @@ class FitLoop:
         if hooks:
             dispatch = trainer._hooks
             trainer._metrics.epoch_end = True  # from here on, reads of callback_metrics see epoch aggregates
+            if self.epoch_loop._collect_outputs:  # the 1.x hook, only when overridden: outputs cost memory
+                dispatch.call_module("training_epoch_end", self.epoch_loop.epoch_end_outputs())
             dispatch.call_callbacks("on_train_epoch_end", monitoring=False)
             dispatch.call_module("on_train_epoch_end")
             dispatch.call_callbacks("on_train_epoch_end", monitoring=True)

@@ -7,6 +7,8 @@ loss (LBFGS) work. On batches that only accumulate, the closure runs without a s
 
 from __future__ import annotations
 
+import inspect
+import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -68,34 +70,110 @@ class Closure:
     def __init__(self, step_fn: Any) -> None:
         self._step_fn = step_fn
         self._result: ClosureResult | None = None
+        self._ran = False
 
     def __call__(self) -> Tensor | None:
         self._result = self._step_fn()
+        self._ran = True
         return self._result.loss if self._result is not None else None
 
     def consume_result(self) -> ClosureResult | None:
-        result, self._result = self._result, None
+        if not self._ran:
+            raise MisconfigurationException(
+                "The optimizer closure was never called, so training_step and backward did not run for this "
+                "batch. An `optimizer_step` override must call `optimizer.step(closure=optimizer_closure)`, or "
+                "`optimizer_closure()` itself when it skips the step."
+            )
+        result, self._result, self._ran = self._result, None, False
         return result
 
 
 class AutomaticOptimization:
+    """The trainer steps the optimizers: one closure per active optimizer per batch.
+
+    With several optimizers (the 1.x API: ``training_step(batch, batch_idx, optimizer_idx)``), each batch
+    runs ``training_step`` once per optimizer, in order, with that optimizer's parameters toggled on and
+    the parameters only other optimizers own frozen. Optimizer ``frequency`` values make the optimizers
+    take turns: ``[{..., "frequency": 5}, {..., "frequency": 1}]`` gives 5 batches to the first, then 1 to
+    the second, and so on.
+    """
+
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
+        self.pass_optimizer_idx = False  # training_step takes optimizer_idx (decided once per fit)
+        self.active: list[int] = [0]  # the optimizers that run on the current batch
 
-    def run(self, optimizer: Any, batch: Any, batch_idx: int, accumulate: bool) -> dict[str, Any]:
+    def setup(self) -> None:
+        """Read training_step's signature once per fit; several optimizers need ``optimizer_idx`` in it."""
+        trainer = self.trainer
+        module = trainer.lightning_module
+        assert module is not None
+        n = len(trainer.optimizers)
+        params = inspect.signature(module.training_step).parameters
+        named = params.get("optimizer_idx")
+        takes_idx = named is not None or any(p.kind is p.VAR_POSITIONAL for p in params.values())
+        if n > 1 and not takes_idx:
+            raise MisconfigurationException(
+                f"configure_optimizers returned {n} optimizers, but {type(module).__name__}.training_step has "
+                "no `optimizer_idx` argument. Either add it — training_step(self, batch, batch_idx, "
+                "optimizer_idx) is then called once per optimizer — or set `self.automatic_optimization = "
+                "False` and step the optimizers yourself in training_step (opt1, opt2 = self.optimizers())."
+            )
+        # one optimizer: pass 0 only to a training_step that requires the argument (1.x passed nothing)
+        required = named is not None and named.default is inspect.Parameter.empty
+        self.pass_optimizer_idx = n > 1 or required
+        self.active = list(range(n))
+
+    def active_optimizers(self, batch_idx: int) -> list[int]:
+        frequencies = self.trainer.optimizer_frequencies
+        if not frequencies:
+            return list(range(len(self.trainer.optimizers)))
+        place = batch_idx % sum(frequencies)
+        for idx, end in enumerate(itertools.accumulate(frequencies)):
+            if place < end:
+                return [idx]
+        raise AssertionError("unreachable: place < sum(frequencies)")
+
+    def run(self, batch: Any, batch_idx: int, accumulate: bool, first_of_window: bool, window: int) -> Any:
+        """Optimize on one batch; returns its output (one optimizer) or a list with one entry per optimizer
+        (None for optimizers that do not run on this batch)."""
+        trainer = self.trainer
+        self.active = active = self.active_optimizers(batch_idx)
+        optimizers = trainer.optimizers
+        if len(optimizers) == 1:
+            return self._run_one(0, batch, batch_idx, accumulate, first_of_window, window)
+        module = trainer.lightning_module
+        assert module is not None
+        outputs: list[Any] = [None] * len(optimizers)
+        for idx in active:
+            module.toggle_optimizer(optimizers[idx])
+            try:
+                outputs[idx] = self._run_one(idx, batch, batch_idx, accumulate, first_of_window, window)
+            finally:
+                module.untoggle_optimizer(optimizers[idx])
+        return outputs
+
+    def _run_one(
+        self, idx: int, batch: Any, batch_idx: int, accumulate: bool, first_of_window: bool, window: int
+    ) -> dict[str, Any]:
         trainer = self.trainer
         strategy = trainer.strategy
-        window = trainer.accumulate_grad_batches
-        first_of_window = batch_idx % window == 0
         hooks = trainer._hooks
+        optimizer = strategy.optimizers[idx]
+        step_args = (batch, batch_idx, idx) if self.pass_optimizer_idx else (batch, batch_idx)
+
+        def index() -> int:
+            return idx
 
         def step_fn() -> ClosureResult:
-            output = strategy.training_step(batch, batch_idx)
+            output = strategy.training_step(*step_args)
             result = ClosureResult.from_step_output(output, window)
             if first_of_window:
                 hooks.call_callbacks("on_before_zero_grad", optimizer)
                 hooks.call_module("on_before_zero_grad", optimizer)
-                hooks.call_module("optimizer_zero_grad", trainer.current_epoch, batch_idx, optimizer)
+                hooks.call_module_idx(
+                    "optimizer_zero_grad", index, trainer.current_epoch, batch_idx, optimizer
+                )
             if result.closure_loss is not None:
                 strategy.backward(result.closure_loss, optimizer)
             return result
@@ -106,10 +184,12 @@ class AutomaticOptimization:
             with strategy.block_backward_sync():
                 closure()
         else:
-            lightning_optimizer = strategy._lightning_optimizers[0]
-            hooks.call_module(
-                "optimizer_step", trainer.current_epoch, batch_idx, lightning_optimizer, closure
+            lightning_optimizer = strategy._lightning_optimizers[idx]
+            hooks.call_module_idx(
+                "optimizer_step", index, trainer.current_epoch, batch_idx, lightning_optimizer, closure
             )
+            # Lightning's count: one step per optimizer_step call, whether or not the override stepped
+            trainer._progress.global_step += 1
         result = closure.consume_result()
         if result is None or result.loss is None:
             return {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from fulmen.loops.fetcher import PrefetchIterator
@@ -21,6 +22,13 @@ class TrainingEpochLoop:
         self._is_last_batch = False
         self._warnings = WarningCache()
         self.scheduler_steps = [0, 0]  # scheduler updates: in the run, in the running epoch
+        # The accumulation window: its size is read from trainer.accumulate_grad_batches when it opens (its
+        # first batch) and stays fixed until it closes (its last batch, or the epoch's last batch).
+        self.window_size = 1
+        self.window_pos = 0  # batches of the open window run so far, the current one included
+        self.window_done = True  # the current batch closed its window (an optimizer step follows it)
+        self.outputs: list[Any] = []  # every batch's output, kept only for a training_epoch_end override
+        self._collect_outputs = False
 
     @property
     def is_last_batch(self) -> bool:
@@ -51,23 +59,56 @@ class TrainingEpochLoop:
 
     def should_accumulate(self) -> bool:
         """True if this batch only accumulates gradients (no optimizer step after it)."""
-        trainer = self.trainer
-        done_window = trainer._progress.batch_idx % trainer.accumulate_grad_batches == 0
-        return not done_window and not self.num_ready_batches_reached()
+        return not self.window_done
+
+    @property
+    def accumulation_window_open(self) -> bool:
+        """Between batches: whether the next batch continues an open window (its factor is fixed)."""
+        return not self.window_done
+
+    def _advance_window(self) -> None:
+        if self.window_done:
+            self.window_size = self.trainer.accumulate_grad_batches
+            self.window_pos = 0
+        self.window_pos += 1
+        self.window_done = self.window_pos >= self.window_size or self.num_ready_batches_reached()
+
+    def window_state(self, before_current_batch: bool = False) -> list[Any]:
+        """``[pos, size, done]`` for checkpoints; ``before_current_batch`` undoes the running batch."""
+        if before_current_batch:
+            if self.window_pos <= 1:
+                return [0, self.window_size, True]
+            return [self.window_pos - 1, self.window_size, False]
+        return [self.window_pos, self.window_size, self.window_done]
+
+    def load_window_state(self, state: list[Any] | None, batch_idx: int) -> None:
+        if state is None:  # a Lightning checkpoint: windows of accumulate_grad_batches from the epoch start
+            size = self.trainer.accumulate_grad_batches
+            pos = batch_idx % size
+            state = [pos, size, pos == 0]
+        self.window_pos, self.window_size, self.window_done = int(state[0]), int(state[1]), bool(state[2])
+
+    def reset_epoch(self) -> None:
+        self._is_last_batch = False
+        self.window_done = True
+        self.window_pos = 0
+        self.outputs = []
+        self._collect_outputs = self.trainer._hooks.module_overrides("training_epoch_end")
 
     # -- run -------------------------------------------------------------------------------------------
-    def run(self, batches: PrefetchIterator, finish_batch: bool | None = None) -> None:
-        """Run the epoch's batches. Resuming, ``finish_batch`` says whether the batch the checkpoint was
-        written in still has to end (``True``: with its pending validation run, ``False``: without)."""
+    def run(self, batches: PrefetchIterator, finish_batch: bool | None = None, resumed: bool = False) -> None:
+        """Run the epoch's batches. ``resumed``: continue an epoch restored from a checkpoint, where
+        ``finish_batch`` says whether the batch the checkpoint was written in still has to end (``True``:
+        with its pending validation run, ``False``: without, ``None``: it had ended)."""
         trainer = self.trainer
         progress = trainer._progress
         fit = trainer.fit_loop
-        if finish_batch is not None:
+        if not resumed:
+            self.reset_epoch()
+        elif finish_batch is not None:
             self.on_advance_end(run_validation=finish_batch)
             if self.done():
                 return
-        else:
-            self._is_last_batch = False
         if batches.done:
             return
         while True:
@@ -102,11 +143,14 @@ class TrainingEpochLoop:
         fit.phase = "step"
         module = trainer.lightning_module
         assert module is not None
-        accumulate = self.should_accumulate()
+        self._advance_window()
+        accumulate = not self.window_done
         if module.automatic_optimization:
-            outputs = self.automatic.run(trainer.optimizers[0], batch, batch_idx, accumulate)
+            outputs = self.automatic.run(batch, batch_idx, accumulate, self.window_pos == 1, self.window_size)
         else:
             outputs = self.manual.run(batch, batch_idx)
+        if self._collect_outputs:
+            self.outputs.append(outputs)
         fit.phase = "batch"
         self.update_lr_schedulers("step", plateau=False)
         if self.num_ready_batches_reached():
@@ -130,6 +174,16 @@ class TrainingEpochLoop:
         if not (self.should_accumulate() and module is not None and module.automatic_optimization):
             progress.batches_that_stepped += 1
         progress.total_batch_idx += 1
+
+    def epoch_end_outputs(self) -> list[Any]:
+        """``training_epoch_end``'s argument: every batch's output, or one such list per optimizer when
+        several optimizers run under automatic optimization (only the batches each one ran on)."""
+        trainer = self.trainer
+        module = trainer.lightning_module
+        n = len(trainer.optimizers)
+        if n > 1 and module is not None and module.automatic_optimization:
+            return [[out[i] for out in self.outputs if out[i]] for i in range(n)]
+        return [out for out in self.outputs if out]
 
     # -- validation schedule ---------------------------------------------------------------------------
     def _should_check_val(self) -> bool:
@@ -164,8 +218,12 @@ class TrainingEpochLoop:
             return
         progress = trainer._progress
         index = (progress.batch_idx - 1 if interval == "step" else trainer.current_epoch) + 1
+        # with optimizer frequencies, a 'step' scheduler steps only on batches its optimizer ran on
+        active = self.automatic.active if interval == "step" and trainer.optimizer_frequencies else None
         for config in configs:
             if config.reduce_on_plateau != plateau or config.interval != interval:
+                continue
+            if active is not None and config.opt_idx is not None and config.opt_idx not in active:
                 continue
             if index % config.frequency != 0:
                 continue
@@ -184,6 +242,8 @@ class TrainingEpochLoop:
                         "is not stepped (strict=False)."
                     )
                     continue
-            trainer._hooks.call_module("lr_scheduler_step", config.scheduler, metric)
+            trainer._hooks.call_module_idx(
+                "lr_scheduler_step", functools.partial(int, config.opt_idx or 0), config.scheduler, metric
+            )
             self.scheduler_steps[0] += 1
             self.scheduler_steps[1] += 1

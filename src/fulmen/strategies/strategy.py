@@ -139,7 +139,11 @@ class Strategy:
         hooks.call_callbacks("on_before_backward", loss)
         hooks.call_module("on_before_backward", loss)
         scaled = self.precision_plugin.pre_backward(loss)
-        hooks.call_module("backward", scaled, *args, **kwargs)
+        if hooks.module_takes_optimizer_idx("backward"):  # 1.x: backward(loss, optimizer, optimizer_idx)
+            idx = self.optimizer_index(optimizer) if optimizer is not None else None
+            hooks.call_module("backward", scaled, optimizer, idx, *args, **kwargs)
+        else:
+            hooks.call_module("backward", scaled, *args, **kwargs)
         hooks.call_callbacks("on_after_backward")
         hooks.call_module("on_after_backward")
         return loss
@@ -152,16 +156,29 @@ class Strategy:
         assert self._trainer is not None
         trainer = self._trainer
         hooks = trainer._hooks
-        hooks.call_callbacks("on_before_optimizer_step", optimizer)
-        hooks.call_module("on_before_optimizer_step", optimizer)
+
+        def index() -> int:
+            return self.optimizer_index(optimizer)
+
+        hooks.call_callbacks_idx("on_before_optimizer_step", index, optimizer)
+        hooks.call_module_idx("on_before_optimizer_step", index, optimizer)
         module = self._lightning_module
         if module is not None and module.automatic_optimization:
-            hooks.call_module(
+            hooks.call_module_idx(
                 "configure_gradient_clipping",
+                index,
                 optimizer,
                 gradient_clip_val=trainer.gradient_clip_val,
                 gradient_clip_algorithm=trainer.gradient_clip_algorithm,
             )
+
+    def optimizer_index(self, optimizer: Optimizer | LightningOptimizer) -> int:
+        """Position of ``optimizer`` (or its wrapper) in what ``configure_optimizers`` returned."""
+        raw = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+        for idx, opt in enumerate(self.optimizers):
+            if opt is raw:
+                return idx
+        raise ValueError(f"{type(raw).__name__} is not one of the optimizers from configure_optimizers.")
 
     # -- collectives (identity for one process) --------------------------------------------------------
     def reduce(self, tensor: Any, group: Any = None, reduce_op: str | None = "mean") -> Any:

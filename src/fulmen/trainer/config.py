@@ -191,8 +191,8 @@ def parse_loop_flags(
         or accumulate_grad_batches < 1
     ):
         raise MisconfigurationException(
-            f"accumulate_grad_batches={accumulate_grad_batches!r} must be an int >= 1. For a schedule that "
-            "changes over training use the GradientAccumulationScheduler callback."
+            f"accumulate_grad_batches={accumulate_grad_batches!r} must be an int >= 1, or a dict "
+            "{epoch: factor} for a schedule (see the GradientAccumulationScheduler callback)."
         )
     if gradient_clip_val is not None and (
         isinstance(gradient_clip_val, bool)

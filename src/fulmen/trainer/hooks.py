@@ -7,8 +7,11 @@ run, so that unused hooks cost nothing in the hot loop.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from fulmen.callbacks.callback import Callback
 from fulmen.core.datamodule import LightningDataModule
@@ -27,6 +30,43 @@ _NOOP_MODULE_HOOKS = frozenset(
 ) | {"prepare_data", "setup", "teardown", "configure_model", "configure_sharded_model"}
 
 
+# Hooks that Lightning 1.x called with the optimizer's index: name -> (where the index goes among the
+# arguments, how many positional parameters the 2.x signature has). An override is called the 1.x way when
+# it names ``optimizer_idx``/``opt_idx`` or takes more positional parameters than the 2.x form.
+_IDX_HOOKS: dict[str, tuple[int, int]] = {
+    "optimizer_step": (3, 4),  # (epoch, batch_idx, optimizer, [optimizer_idx,] optimizer_closure)
+    "optimizer_zero_grad": (3, 3),  # (epoch, batch_idx, optimizer, [optimizer_idx])
+    "configure_gradient_clipping": (1, 3),  # (optimizer, [optimizer_idx,] gradient_clip_val, algorithm)
+    "on_before_optimizer_step": (1, 1),  # (optimizer, [optimizer_idx])
+    "lr_scheduler_step": (1, 2),  # (scheduler, [optimizer_idx,] metric)
+    "backward": (1, 1),  # (loss, [optimizer, optimizer_idx,] *args): called by Strategy.backward
+}
+_IDX_NAMES = frozenset({"optimizer_idx", "opt_idx"})
+# keyword arguments 1.x passed to optimizer_step overrides
+_LEGACY_STEP_KWARGS = ("on_tpu", "using_native_amp", "using_lbfgs")
+
+
+def takes_optimizer_idx(
+    fn: Callable[..., Any], positional_2x: int, names: frozenset[str] = _IDX_NAMES
+) -> bool:
+    """Whether ``fn`` (a bound hook) has the 1.x signature that receives the optimizer's index."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    if any(p.name in names for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) > positional_2x
+
+
+def _accepted_kwargs(fn: Callable[..., Any], names: tuple[str, ...]) -> tuple[str, ...]:
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return names
+    return tuple(n for n in names if n in params)
+
+
 def _overrides(obj: object, base: type, name: str) -> bool:
     if name in getattr(obj, "__dict__", {}):  # assigned on the instance
         return True
@@ -40,11 +80,68 @@ class HookDispatcher:
         self.trainer = trainer
         self._callback_cache: dict[tuple[str, bool | None], list[Callable[..., Any]]] = {}
         self._module_cache: dict[str, Callable[..., Any] | None] = {}
+        self._legacy_cache: dict[Any, bool] = {}
 
     def reset(self) -> None:
         """Forget which hooks are overridden: call when callbacks or the module change (each run)."""
         self._callback_cache.clear()
         self._module_cache.clear()
+        self._legacy_cache.clear()
+
+    # -- 1.x signatures that take the optimizer's index (each override's signature is read once per run) --
+    def module_takes_optimizer_idx(self, name: str) -> bool:
+        """Whether the module overrides hook ``name`` with its 1.x signature."""
+        legacy = self._legacy_cache.get(name)
+        if legacy is None:
+            fn = self._module_fn(name)
+            names = _IDX_NAMES | {"optimizer"} if name == "backward" else _IDX_NAMES
+            legacy = (
+                fn is not None  # fulmen's own defaults take the 2.x form
+                and self.module_overrides(name)
+                and takes_optimizer_idx(fn, _IDX_HOOKS[name][1], names)
+            )
+            self._legacy_cache[name] = legacy
+        return legacy
+
+    def _callback_takes_optimizer_idx(self, name: str, fn: Callable[..., Any]) -> bool:
+        legacy = self._legacy_cache.get((name, fn))
+        if legacy is None:  # callbacks' hooks also take (trainer, pl_module) first
+            legacy = self._legacy_cache[(name, fn)] = takes_optimizer_idx(fn, _IDX_HOOKS[name][1] + 2)
+        return legacy
+
+    def call_module_idx(self, name: str, optimizer_idx: Callable[[], int], *args: Any, **kwargs: Any) -> Any:
+        """Call a module hook that 1.x called with the optimizer index, in whichever form it overrides.
+
+        ``optimizer_idx`` is a function so that the index is only looked up for 1.x overrides.
+        """
+        if self.module_takes_optimizer_idx(name):
+            pos = _IDX_HOOKS[name][0]
+            idx = optimizer_idx()
+            if name == "optimizer_step":
+                fn = self._module_fn(name)
+                assert fn is not None
+                legacy_kwargs = {
+                    "on_tpu": False,
+                    "using_lbfgs": isinstance(args[2], torch.optim.LBFGS),
+                    "using_native_amp": self.trainer.precision in ("16-mixed", "bf16-mixed"),
+                }
+                for key in _accepted_kwargs(fn, _LEGACY_STEP_KWARGS):
+                    kwargs.setdefault(key, legacy_kwargs[key])
+            args = (*args[:pos], idx, *args[pos:])
+        return self.call_module(name, *args, **kwargs)
+
+    def call_callbacks_idx(self, name: str, optimizer_idx: Callable[[], int], *args: Any) -> None:
+        """``call_callbacks`` for ``on_before_optimizer_step``: 1.x callbacks also receive the index."""
+        fns = self._callback_fns(name, None)
+        if not fns:
+            return
+        legacy = [self._callback_takes_optimizer_idx(name, fn) for fn in fns]
+        if not any(legacy):
+            self._run_callbacks(name, fns, args, {})
+            return
+        with_idx = (*args, optimizer_idx())
+        for fn, takes_idx in zip(fns, legacy):
+            self._run_callbacks(name, [fn], with_idx if takes_idx else args, {})
 
     # -- callbacks ---------------------------------------------------------------------------------
     def _callback_fns(self, name: str, monitoring: bool | None) -> list[Callable[..., Any]]:
@@ -60,8 +157,12 @@ class HookDispatcher:
 
     def call_callbacks(self, name: str, *args: Any, monitoring: bool | None = None, **kwargs: Any) -> None:
         fns = self._callback_fns(name, monitoring)
-        if not fns:
-            return
+        if fns:
+            self._run_callbacks(name, fns, args, kwargs)
+
+    def _run_callbacks(
+        self, name: str, fns: list[Callable[..., Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         trainer = self.trainer
         module = trainer.lightning_module
         # write to __dict__ directly: nn.Module.__setattr__ costs microseconds per hook in the hot loop

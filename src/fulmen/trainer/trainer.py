@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import math
 import os
 from pathlib import Path
@@ -66,7 +67,7 @@ class Trainer:
         enable_checkpointing: bool | None = None,
         enable_progress_bar: bool | None = None,
         enable_model_summary: bool | None = None,
-        accumulate_grad_batches: int = 1,
+        accumulate_grad_batches: int | dict[int, int] = 1,
         gradient_clip_val: int | float | None = None,
         gradient_clip_algorithm: str | None = None,
         deterministic: bool | str | None = None,
@@ -84,6 +85,12 @@ class Trainer:
         model_registry: str | None = None,
     ) -> None:
         # -- flags, validated once ------------------------------------------------------------------
+        accumulation_scheduler = None
+        if isinstance(accumulate_grad_batches, dict):  # the 1.x spelling of a GradientAccumulationScheduler
+            from fulmen.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
+
+            accumulation_scheduler = GradientAccumulationScheduler(accumulate_grad_batches)
+            accumulate_grad_batches = 1
         self._loop_config = parse_loop_flags(
             fast_dev_run=fast_dev_run, max_epochs=max_epochs, min_epochs=min_epochs, max_steps=max_steps,
             min_steps=min_steps, max_time=max_time, limit_train_batches=limit_train_batches,
@@ -132,6 +139,7 @@ class Trainer:
 
         # -- state the trainer owns ---------------------------------------------------------------------
         self.state = TrainerState()
+        self._accumulate_grad_batches = self._loop_config.accumulate_grad_batches
         self._progress = FitProgress()
         self.should_stop = False
         self.num_training_batches: int | float = float("inf")
@@ -165,6 +173,13 @@ class Trainer:
             enable_model_summary=enable_model_summary is not False,
             enable_checkpointing=self._enable_checkpointing,
         )  # fmt: skip
+        if accumulation_scheduler is not None:
+            if any(isinstance(cb, type(accumulation_scheduler)) for cb in self.callbacks):
+                raise MisconfigurationException(
+                    "Trainer(accumulate_grad_batches=<dict>) and a GradientAccumulationScheduler in callbacks "
+                    "both schedule accumulation. Keep one of them."
+                )
+            self.callbacks.append(accumulation_scheduler)
         self.loggers = build_loggers(self, logger)
 
     # -- construction helpers -----------------------------------------------------------------------------
@@ -248,11 +263,16 @@ class Trainer:
 
     @property
     def accumulate_grad_batches(self) -> int:
-        return self._loop_config.accumulate_grad_batches
+        """Batches per optimizer step. Set by ``Trainer(accumulate_grad_batches=...)``; during fit a
+        ``GradientAccumulationScheduler`` changes it, and each fit starts again from the Trainer's value."""
+        return self._accumulate_grad_batches
 
     @accumulate_grad_batches.setter
     def accumulate_grad_batches(self, value: int) -> None:
-        self._loop_config.accumulate_grad_batches = value
+        self._accumulate_grad_batches = value
+        fitting = self.state.fn == TrainerFn.FITTING and self.state.status == TrainerStatus.RUNNING
+        if not fitting:  # outside fit: the new value is where the next fit starts
+            self._loop_config.accumulate_grad_batches = value
 
     @property
     def gradient_clip_val(self) -> int | float | None:
@@ -588,6 +608,8 @@ class Trainer:
     ) -> Any:
         self.state.fn = fn
         self.state.status = TrainerStatus.RUNNING
+        if fn == TrainerFn.FITTING:  # a GradientAccumulationScheduler of an earlier fit changed it
+            self._accumulate_grad_batches = self._loop_config.accumulate_grad_batches
         self.should_stop = False
         self.lightning_module = model
         model.trainer = self
@@ -654,17 +676,24 @@ class Trainer:
                     "`train_dataloader()`, or implement `train_dataloader()` in your LightningModule."
                 )
             if not model.automatic_optimization:
-                if self.accumulate_grad_batches != 1:
+                # Lightning's wording, so that searches for the message find the same answers
+                if self.gradient_clip_val is not None and self.gradient_clip_val > 0:
                     raise MisconfigurationException(
-                        f"Trainer(accumulate_grad_batches={self.accumulate_grad_batches}) does nothing under "
-                        "manual optimization (automatic_optimization=False). Accumulate in training_step "
-                        "yourself and remove the flag."
+                        "Automatic gradient clipping is not supported for manual optimization."
+                        f" Remove `Trainer(gradient_clip_val={self.gradient_clip_val})`"
+                        " or switch to automatic optimization."
                     )
-                if self.gradient_clip_val:
+                if self._loop_config.accumulate_grad_batches != 1:
                     raise MisconfigurationException(
-                        f"Trainer(gradient_clip_val={self.gradient_clip_val}) does nothing under manual "
-                        "optimization. Call self.clip_gradients(opt, gradient_clip_val=...) in training_step "
-                        "and remove the flag."
+                        "Automatic gradient accumulation is not supported for manual optimization."
+                        f" Remove `Trainer(accumulate_grad_batches={self._loop_config.accumulate_grad_batches})`"
+                        " or switch to automatic optimization."
+                    )
+                if "optimizer_idx" in inspect.signature(model.training_step).parameters:
+                    raise MisconfigurationException(
+                        f"{type(model).__name__}.training_step takes `optimizer_idx`, which is passed only under "
+                        "automatic optimization. With `automatic_optimization = False`, remove the argument and "
+                        "get the optimizers with `opt1, opt2 = self.optimizers()`."
                     )
             if self._data.has_source("val") and not step_overridden(model, "val"):
                 rank_zero_warn(
@@ -710,16 +739,18 @@ class Trainer:
             optimizers, configs, frequencies, _ = parse_configure_optimizers(
                 hooks.call_module("configure_optimizers")
             )
-            if len(optimizers) > 1 and model.automatic_optimization:
+            if frequencies and not model.automatic_optimization:
                 raise MisconfigurationException(
-                    f"configure_optimizers returned {len(optimizers)} optimizers, which automatic optimization "
-                    "steps one at a time only with `optimizer_idx` in training_step. Set "
-                    "`self.automatic_optimization = False` and step them yourself in training_step."
+                    f"configure_optimizers gave optimizer frequencies {frequencies}, which only automatic "
+                    "optimization uses. Under manual optimization decide in training_step which optimizer "
+                    "steps, and remove the 'frequency' keys."
                 )
             self.strategy.setup_optimizers(optimizers)
             self.lr_scheduler_configs = configs
             self.optimizer_frequencies = frequencies
             self._wire_optimizers()
+            if model.automatic_optimization:
+                self.fit_loop.epoch_loop.automatic.setup()
             if checkpoint is not None:
                 from fulmen.trainer.checkpointing import restore_training_state
 
@@ -743,11 +774,16 @@ class Trainer:
         return checkpoint if fn == TrainerFn.FITTING else None
 
     def _wire_optimizers(self) -> None:
+        """Under manual optimization every ``opt.step()`` is a global step; under automatic optimization
+        the loop counts one per ``optimizer_step`` call instead (as Lightning does)."""
+        module = self.lightning_module
+        manual = module is not None and not module.automatic_optimization
+
         def count_step() -> None:
             self._progress.global_step += 1
 
         for opt in self.strategy._lightning_optimizers:
-            opt._on_after_step = count_step
+            opt._on_after_step = count_step if manual else _no_step_count
 
     def _log_hyperparams(self, model: LightningModule) -> None:
         hparams: dict[str, Any] = {}
@@ -876,3 +912,7 @@ def _print_results(results: list[dict[str, float]], title: str) -> None:
 
 
 __all__ = ["Trainer"]
+
+
+def _no_step_count() -> None:
+    return None
