@@ -86,8 +86,7 @@ def parse_configure_optimizers(
             else:
                 sched = {"scheduler": sched, "opt_idx": idx, "monitor": d.get("monitor")}
             schedulers.append(sched)
-        if any(d.get("frequency") for d in returned):
-            frequencies = [int(d.get("frequency") or 0) for d in returned]
+        frequencies = _frequencies(returned)
     elif isinstance(returned, (list, tuple)) and returned and all(_is_optimizer(o) for o in returned):
         optimizers = list(returned)
     else:
@@ -103,6 +102,25 @@ def parse_configure_optimizers(
     configs = [_scheduler_config(s, monitor) for s in schedulers]
     _assign_opt_idx(configs, optimizers)
     return optimizers, configs, frequencies, monitor
+
+
+def _frequencies(dicts: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The 1.x optimizer ``frequency`` keys: all or none, each an int >= 1."""
+    given = [d.get("frequency") for d in dicts]
+    if all(f is None for f in given):
+        return []
+    if any(f is None for f in given):
+        raise MisconfigurationException(
+            f"configure_optimizers gave a 'frequency' to some optimizers only (frequencies: {given}). A "
+            "frequency must be given to each optimizer, or to none."
+        )
+    for f in given:
+        if not isinstance(f, int) or isinstance(f, bool) or f < 1:
+            raise MisconfigurationException(
+                f"configure_optimizers gave frequency={f!r}; an optimizer's frequency is the number of "
+                "consecutive batches it runs on, an int >= 1."
+            )
+    return [int(f) for f in given]  # type: ignore[arg-type]
 
 
 def _short(obj: Any) -> str:
