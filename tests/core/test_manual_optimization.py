@@ -203,3 +203,36 @@ def test_clip_gradients_in_manual_optimization():
 
     fit(fulmen, Model(), max_epochs=1)
     assert len(norms) == N_BATCHES and all(n <= 0.01 + 1e-6 for n in norms)
+
+
+def _manual_hook_calls(pl) -> list[str]:
+    calls: list[str] = []
+    hooks = ["on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
+             "on_train_batch_start", "on_train_batch_end", "configure_gradient_clipping", "optimizer_zero_grad",
+             "optimizer_step", "lr_scheduler_step", "backward"]  # fmt: skip
+
+    class Rec(pl.Callback):
+        pass
+
+    def wrap(name, prefix, original=None):
+        def hook(self, *args, **kwargs):
+            calls.append(f"{prefix}.{name}")
+            if original is not None:
+                return original(self, *args, **kwargs)
+
+        return hook
+
+    classes = examples(pl)
+    Model = type("Model", (classes["SchedulerEveryStep"],), {})
+    for name in hooks:
+        if hasattr(pl.Callback, name):
+            setattr(Rec, name, wrap(name, "cb"))
+        setattr(Model, name, wrap(name, "m", getattr(Model, name)))
+    fit(pl, Model(), max_epochs=1, callbacks=[Rec()], limit_train_batches=2)
+    return calls
+
+
+def test_manual_optimization_hook_order_matches_lightning():
+    ours = _manual_hook_calls(fulmen)
+    assert ours == _manual_hook_calls(pl_lightning)
+    assert "m.optimizer_step" not in ours and "m.lr_scheduler_step" not in ours  # the user steps both
