@@ -10,11 +10,23 @@ import pytest
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.mark.parametrize("page", ["checkpointing.md"])
-def test_first_python_example_runs(page):
+def _run_first_example(page: str) -> None:
     source = (DOCS / page).read_text()
     code = re.search(r"```python\n(.*?)```", source, re.S)
     assert code is not None
-    pytest.importorskip("safetensors")
     exec(compile(code.group(1), str(DOCS / page), "exec"), {"__name__": "__docs__"})
+
+
+def test_checkpointing_example_runs():
+    pytest.importorskip("safetensors")
+    _run_first_example("checkpointing.md")
     assert Path("weights.safetensors").exists()
+
+
+def test_optimization_example_runs(capsys):
+    _run_first_example("optimization.md")
+    out = capsys.readouterr().out
+    assert "manual: 32" in out
+    # epoch 0: two windows of 4 batches, each ending with a step of both optimizers (global step 4);
+    # epoch 1: factor 1 from step 4 on, 8 batches x 2 optimizers
+    assert "1.x automatic: 20" in out
