@@ -177,8 +177,8 @@ class MixedPrecision(Precision):
         self.unscale_gradients(optimizer)
         after_closure(optimizer)
         self._unscaled.discard(id(optimizer))
-        if result is None:  # training_step returned None: nothing to step
-            return None
+        if result is None and getattr(closure, "skip_step_without_loss", False):
+            return None  # automatic optimization and training_step returned None: nothing to step
         step_output = self.scaler.step(optimizer, **kwargs)
         self.scaler.update()
         return step_output

@@ -236,3 +236,72 @@ def test_manual_optimization_hook_order_matches_lightning():
     ours = _manual_hook_calls(fulmen)
     assert ours == _manual_hook_calls(pl_lightning)
     assert "m.optimizer_step" not in ours and "m.lr_scheduler_step" not in ours  # the user steps both
+
+
+def test_toggle_model_without_sync_grad_blocks_gradient_synchronisation():
+    """sync_grad=False enters the strategy's block_backward_sync (DDP no_sync); the DDP run itself is tested
+    with the distributed strategy."""
+    import contextlib
+
+    from fulmen.strategies.strategy import SingleDeviceStrategy
+
+    blocked: list[bool] = []
+    inside: list[bool] = []
+
+    class Recording(SingleDeviceStrategy):
+        @contextlib.contextmanager
+        def block_backward_sync(self):
+            inside.append(True)
+            yield
+            inside.pop()
+
+    class Model(FULMEN["ToggledGAN"]):
+        def manual_backward(self, loss, *args, **kwargs):
+            blocked.append(bool(inside))
+            super().manual_backward(loss, *args, **kwargs)
+
+    fit(fulmen, Model(), max_epochs=1, strategy=Recording())
+    # two backward passes per batch; sync is blocked on the batches that only accumulate (0, 2, 4, 6)
+    assert blocked == [b % 2 == 0 for b in range(N_BATCHES) for _ in range(2)]
+
+
+def test_manual_backward_and_step_go_through_the_precision_plugin():
+    """Mixed precision with a GradScaler (on this CPU: bf16 autocast and a CPU scaler standing in for CUDA's
+    16-mixed): manual_backward scales the loss, clip_gradients and opt.step() unscale it, as a hand-written
+    AMP loop does. (A step used to be skipped here, mistaken for a training_step that returned None.)"""
+    grads = []
+
+    class Model(FULMEN["MyModel"]):
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            opt.zero_grad()
+            self.manual_backward(self.compute_loss(batch))
+            grads.append(self.net[0].weight.grad.abs().sum().item())
+            self.clip_gradients(opt, gradient_clip_val=0.5)
+            opt.step()
+
+    model = Model()
+    trainer = fulmen.Trainer(max_epochs=1, precision="bf16-mixed", logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer.strategy.precision_plugin.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    from tests.core.optimization_examples import compute_loss, data
+
+    trainer.fit(model, data())
+
+    ref = FULMEN["MyModel"]()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    ref_grads = []
+    for batch in data():
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = compute_loss(ref, batch)
+        scaler.scale(loss).backward()
+        ref_grads.append(ref.net[0].weight.grad.abs().sum().item())
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+        scaler.step(opt)
+        scaler.update()
+    assert grads == pytest.approx(ref_grads) and grads[0] > 100  # scaled by 1024 before the step
+    for key, value in weights(ref).items():
+        torch.testing.assert_close(weights(model)[key], value, atol=1e-6, rtol=0)

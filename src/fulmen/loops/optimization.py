@@ -67,6 +67,10 @@ class ClosureResult:
 class Closure:
     """Callable handed to ``optimizer.step``: runs the step function and remembers its result."""
 
+    # a None result means training_step skipped the batch: the precision plugin then skips the step (user
+    # closures of manual optimization may return None and still want their step)
+    skip_step_without_loss = True
+
     def __init__(self, step_fn: Any) -> None:
         self._step_fn = step_fn
         self._result: ClosureResult | None = None
