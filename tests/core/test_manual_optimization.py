@@ -305,3 +305,22 @@ def test_manual_backward_and_step_go_through_the_precision_plugin():
     assert grads == pytest.approx(ref_grads) and grads[0] > 100  # scaled by 1024 before the step
     for key, value in weights(ref).items():
         torch.testing.assert_close(weights(model)[key], value, atol=1e-6, rtol=0)
+
+
+def test_manual_optimization_needs_no_monitor_and_warns_about_ignored_scheduler_keys():
+    class Plateau(FULMEN["MyModel"]):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [opt], [torch.optim.lr_scheduler.ReduceLROnPlateau(opt)]  # no monitor: the user steps it
+
+    fit(fulmen, Plateau(), max_epochs=1)
+
+    class Keys(FULMEN["MyModel"]):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.StepLR(opt, 1)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 2}}
+
+    with pytest.warns(UserWarning, match=r"\['frequency', 'interval'\].*manual optimization ignores"):
+        trainer = fit(fulmen, Keys(), max_epochs=1)
+    assert trainer.lr_scheduler_configs[0].scheduler.last_epoch == 0  # never stepped by the trainer

@@ -45,9 +45,13 @@ def _is_plateau(scheduler: Any) -> bool:
 
 
 def parse_configure_optimizers(
-    returned: Any,
+    returned: Any, manual: bool = False
 ) -> tuple[list[Optimizer], list[LRSchedulerConfig], list[int], str | None]:
-    """Return (optimizers, scheduler configs, per-optimizer frequencies, top-level monitor)."""
+    """Return (optimizers, scheduler configs, per-optimizer frequencies, top-level monitor).
+
+    ``manual``: manual optimization, where the user steps the schedulers: no monitor is required, and
+    the keys that say when the trainer steps them are ignored (with a warning).
+    """
     optimizers: list[Optimizer]
     schedulers: list[Any] = []
     frequencies: list[int] = []
@@ -99,7 +103,7 @@ def parse_configure_optimizers(
                 f"configure_optimizers returned {_short(opt)} where an optimizer was expected; every "
                 "optimizer must be a torch.optim.Optimizer."
             )
-    configs = [_scheduler_config(s, monitor) for s in schedulers]
+    configs = [_scheduler_config(s, monitor, manual) for s in schedulers]
     _assign_opt_idx(configs, optimizers)
     return optimizers, configs, frequencies, monitor
 
@@ -139,7 +143,14 @@ def _check_optimizer_dict(d: Mapping[str, Any]) -> None:
         rank_zero_warn(f"configure_optimizers: ignoring unknown keys {sorted(extra)} in an optimizer dict.")
 
 
-def _scheduler_config(scheduler: Any, monitor: str | None) -> LRSchedulerConfig:
+def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False) -> LRSchedulerConfig:
+    if isinstance(scheduler, Mapping) and manual:
+        ignored = sorted(set(scheduler) & {"interval", "frequency", "monitor", "strict", "reduce_on_plateau"})
+        if ignored:
+            rank_zero_warn(
+                f"The lr scheduler dict has the keys {ignored}, which manual optimization ignores: call "
+                "`self.lr_schedulers()` and `.step()` them in training_step when you want."
+            )
     if isinstance(scheduler, Mapping):
         if "scheduler" not in scheduler:
             raise MisconfigurationException(
@@ -177,7 +188,7 @@ def _scheduler_config(scheduler: Any, monitor: str | None) -> LRSchedulerConfig:
         config = LRSchedulerConfig(
             scheduler=scheduler, reduce_on_plateau=_is_plateau(scheduler), monitor=monitor
         )
-    if config.reduce_on_plateau and config.monitor is None:
+    if config.reduce_on_plateau and config.monitor is None and not manual:
         raise MisconfigurationException(
             "A ReduceLROnPlateau scheduler needs a metric to monitor, and none was given. Return e.g. "
             "{'optimizer': optimizer, 'lr_scheduler': {'scheduler': scheduler, 'monitor': 'val_loss'}} "

@@ -737,7 +737,7 @@ class Trainer:
         self.strategy.setup(self)
         if fn == TrainerFn.FITTING:
             optimizers, configs, frequencies, _ = parse_configure_optimizers(
-                hooks.call_module("configure_optimizers")
+                hooks.call_module("configure_optimizers"), manual=not model.automatic_optimization
             )
             if frequencies and not model.automatic_optimization:
                 raise MisconfigurationException(
