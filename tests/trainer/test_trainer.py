@@ -22,7 +22,9 @@ def test_trainer_signature_matches_lightning():
     lightning = pytest.importorskip("lightning.pytorch")
     ours = inspect.signature(Trainer.__init__).parameters
     theirs = inspect.signature(lightning.Trainer.__init__).parameters
-    assert list(ours) == list(theirs)
+    # Lightning's arguments in Lightning's order (positional calls work), then fulmen's own keyword extras
+    assert list(ours)[: len(theirs)] == list(theirs)
+    assert list(ours)[len(theirs) :] == ["matmul_precision"]
     for name, param in theirs.items():
         assert ours[name].default == param.default, name
 
@@ -217,3 +219,44 @@ def test_inference_mode_flag():
     Trainer(inference_mode=False, **QUIET).validate(M(), verbose=False)
     Trainer(inference_mode=True, **QUIET).validate(M(), verbose=False)
     assert grads[0] is False and grads[-1] is True
+
+
+def test_matmul_precision_holds_for_the_run_and_is_restored():
+    seen = []
+
+    class Record(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            seen.append(torch.get_float32_matmul_precision())
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            raise RuntimeError("stop")
+
+    before = torch.get_float32_matmul_precision()
+    trainer = Trainer(max_epochs=1, matmul_precision="medium", callbacks=[Record()], logger=False,
+                      enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+    with pytest.raises(RuntimeError, match="stop"):
+        trainer.fit(BoringModel())
+    assert seen == ["medium"]
+    assert torch.get_float32_matmul_precision() == before  # restored even though the run failed
+    with pytest.raises(pl.utilities.exceptions.MisconfigurationException, match="matmul_precision='low'"):
+        Trainer(matmul_precision="low")
+
+
+def test_matmul_precision_is_suggested_once_on_a_tensor_core_gpu(monkeypatch, caplog):
+    from fulmen.trainer import trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "_matmul_suggested", False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake A100")
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
+    caplog.set_level("INFO", logger="fulmen")
+    trainer_module._suggest_matmul_precision(torch.device("cpu"))  # not CUDA: nothing
+    assert "tensor cores" not in caplog.text
+    for _ in range(2):
+        trainer_module._suggest_matmul_precision(torch.device("cuda", 0))
+    assert caplog.text.count("tensor cores") == 1 and "Fake A100" in caplog.text
+    monkeypatch.setattr(trainer_module, "_matmul_suggested", False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (6, 1))
+    caplog.clear()
+    trainer_module._suggest_matmul_precision(torch.device("cuda", 0))
+    assert "tensor cores" not in caplog.text  # Pascal: nothing to gain
