@@ -57,14 +57,14 @@ class TrainingEpochLoop:
             )
         return False
 
-    def should_accumulate(self) -> bool:
-        """True if this batch only accumulates gradients (no optimizer step after it)."""
-        return not self.window_done
-
     @property
     def accumulation_window_open(self) -> bool:
-        """Between batches: whether the next batch continues an open window (its factor is fixed)."""
+        """During a batch: it only accumulates (no optimizer step after it). Between batches: the next
+        batch continues the open window, whose factor is fixed."""
         return not self.window_done
+
+    def should_accumulate(self) -> bool:
+        return self.accumulation_window_open
 
     def _advance_window(self) -> None:
         if self.window_done:
