@@ -108,7 +108,7 @@ def main() -> None:
     except ImportError:
         pass
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for name, fn in variants.items():  # warm-up
+    for fn in variants.values():  # warm-up
         fn(loader)
     for _ in range(REPEATS):  # interleaved repeats
         for name, fn in variants.items():

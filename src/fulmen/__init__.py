@@ -13,4 +13,33 @@ from fulmen.utilities.seed import seed_everything
 
 __version__ = "0.1.0"
 
+_SUBMODULES = frozenset(
+    {
+        "accelerators",
+        "callbacks",
+        "cli",
+        "core",
+        "demos",
+        "loggers",
+        "loops",
+        "plugins",
+        "precision",
+        "strategies",
+        "trainer",
+        "tuner",
+        "utilities",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    # ``import fulmen; fulmen.loggers.CSVLogger`` works as with Lightning, without importing every
+    # submodule (and its optional dependencies) at ``import fulmen``.
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"fulmen.{name}")
+    raise AttributeError(f"module 'fulmen' has no attribute {name!r}")
+
+
 __all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "__version__", "seed_everything"]

@@ -18,6 +18,8 @@ from fulmen.utilities.apply_func import apply_to_collection
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: one object, not one per forward
+
 _PRECISIONS = ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
 _LEGACY = {
     64: "64-true",
@@ -62,7 +64,7 @@ class Precision:
         return data
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
 
     def pre_backward(self, tensor: Tensor) -> Tensor:
         return tensor
@@ -74,9 +76,13 @@ class Precision:
         self,
         optimizer: Optimizer,
         closure: Callable[[], Any],
-        after_closure: Callable[[Optimizer], None],
+        after_closure: Callable[[Optimizer], None] | None,
         **kwargs: Any,
     ) -> Any:
+        """Step ``optimizer``; ``after_closure`` (hooks, clipping) runs between backward and the step."""
+        if after_closure is None:
+            return optimizer.step(closure=closure, **kwargs)
+
         def wrapped() -> Any:
             result = closure()
             after_closure(optimizer)
@@ -163,7 +169,7 @@ class MixedPrecision(Precision):
         self,
         optimizer: Optimizer,
         closure: Callable[[], Any],
-        after_closure: Callable[[Optimizer], None],
+        after_closure: Callable[[Optimizer], None] | None,
         **kwargs: Any,
     ) -> Any:
         if self.scaler is None:
@@ -175,7 +181,8 @@ class MixedPrecision(Precision):
             )
         result = closure()
         self.unscale_gradients(optimizer)
-        after_closure(optimizer)
+        if after_closure is not None:
+            after_closure(optimizer)
         self._unscaled.discard(id(optimizer))
         if result is None and getattr(closure, "skip_step_without_loss", False):
             return None  # automatic optimization and training_step returned None: nothing to step

@@ -34,7 +34,9 @@ def model_class(pl: Any) -> type:
 Model = model_class(fulmen)
 
 
-def fit(pl: Any, model: Any, callbacks: list[Any], max_epochs: int = 3, ckpt_path: Any = None, **kwargs: Any) -> Any:
+def fit(
+    pl: Any, model: Any, callbacks: list[Any], max_epochs: int = 3, ckpt_path: Any = None, **kwargs: Any
+) -> Any:
     trainer = pl.Trainer(max_epochs=max_epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, accelerator="cpu", devices=1, callbacks=callbacks,
                          **kwargs)  # fmt: skip

@@ -319,7 +319,10 @@ def test_manual_optimization_needs_no_monitor_and_warns_about_ignored_scheduler_
         def configure_optimizers(self):
             opt = torch.optim.SGD(self.parameters(), lr=0.1)
             sched = torch.optim.lr_scheduler.StepLR(opt, 1)
-            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 2}}
+            return {
+                "optimizer": opt,
+                "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 2},
+            }
 
     with pytest.warns(UserWarning, match=r"\['frequency', 'interval'\].*manual optimization ignores"):
         trainer = fit(fulmen, Keys(), max_epochs=1)

@@ -217,7 +217,9 @@ def test_step_a_every_batch_and_b_every_two_batches():
     assert run.global_step == EPOCHS * N_BATCHES * 2
     ref = Alternating()
     opts = list(two_optimizers(ref))
-    reference(ref, opts, lambda m, b, i, idx: part_loss(m, b, idx), steps=lambda b, idx: idx == 0 or b % 2 == 1)
+    reference(
+        ref, opts, lambda m, b, i, idx: part_loss(m, b, idx), steps=lambda b, idx: idx == 0 or b % 2 == 1
+    )
     assert_same(model, ref)
 
 
@@ -301,25 +303,35 @@ class ClipFirstOnly(NoSchedulers):
     def training_step(self, batch, batch_idx, optimizer_idx):
         return part_loss(self, batch, optimizer_idx) * 50  # large gradients: clipping changes the result
 
-    def configure_gradient_clipping(self, optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm):
+    def configure_gradient_clipping(
+        self, optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm
+    ):
         if optimizer_idx == 0:
             # Lightning will handle the gradient clipping
             self.clip_gradients(
-                optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm
+                optimizer,
+                gradient_clip_val=gradient_clip_val,
+                gradient_clip_algorithm=gradient_clip_algorithm,
             )
 
 
 class ClipBothDifferently(ClipFirstOnly):
-    def configure_gradient_clipping(self, optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm):
+    def configure_gradient_clipping(
+        self, optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm
+    ):
         if optimizer_idx == 0:
             # Lightning will handle the gradient clipping
             self.clip_gradients(
-                optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm
+                optimizer,
+                gradient_clip_val=gradient_clip_val,
+                gradient_clip_algorithm=gradient_clip_algorithm,
             )
 
         elif optimizer_idx == 1:
             self.clip_gradients(
-                optimizer, gradient_clip_val=gradient_clip_val * 2, gradient_clip_algorithm=gradient_clip_algorithm
+                optimizer,
+                gradient_clip_val=gradient_clip_val * 2,
+                gradient_clip_algorithm=gradient_clip_algorithm,
             )
 
 
@@ -528,7 +540,13 @@ def test_1x_hook_signatures_receive_the_optimizer_index():
 
     class Legacy(TwoSchedulers):
         def on_before_optimizer_step(self, optimizer, optimizer_idx):
-            calls.append(("on_before_optimizer_step", optimizer_idx, optimizer is self.trainer.optimizers[optimizer_idx]))
+            calls.append(
+                (
+                    "on_before_optimizer_step",
+                    optimizer_idx,
+                    optimizer is self.trainer.optimizers[optimizer_idx],
+                )
+            )
 
         def optimizer_zero_grad(self, epoch, batch_idx, optimizer, optimizer_idx):
             calls.append(("optimizer_zero_grad", optimizer_idx))
@@ -548,16 +566,22 @@ def test_1x_hook_signatures_receive_the_optimizer_index():
             super().optimizer_step(epoch, batch_idx, optimizer, optimizer_idx, optimizer_closure, on_tpu,
                                    using_native_amp, using_lbfgs)  # fmt: skip
 
-        def configure_gradient_clipping(self, optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm):
+        def configure_gradient_clipping(
+            self, optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm
+        ):
             calls.append(("configure_gradient_clipping", optimizer_idx, gradient_clip_val))
-            super().configure_gradient_clipping(optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm)
+            super().configure_gradient_clipping(
+                optimizer, optimizer_idx, gradient_clip_val, gradient_clip_algorithm
+            )
 
     class LegacyCallback(fulmen.Callback):
         def on_before_optimizer_step(self, trainer, pl_module, optimizer, opt_idx):
             calls.append(("callback", opt_idx))
 
     model = Legacy()
-    trainer(max_epochs=1, limit_train_batches=1, gradient_clip_val=1.0, callbacks=[LegacyCallback()]).fit(model, data())
+    trainer(max_epochs=1, limit_train_batches=1, gradient_clip_val=1.0, callbacks=[LegacyCallback()]).fit(
+        model, data()
+    )
     expected: list[tuple[Any, ...]] = []
     for idx in (0, 1):
         expected += [

@@ -28,10 +28,14 @@ class ClosureResult:
     def __init__(self, closure_loss: Tensor | None, extra: dict[str, Any]) -> None:
         self.closure_loss = closure_loss
         self.extra = extra
-        self.loss = closure_loss.detach().clone() if closure_loss is not None else None
+        # detach() without a copy: backward does not write into the loss, and a copy is an allocation
+        # (several microseconds) per step
+        self.loss = closure_loss.detach() if closure_loss is not None else None
 
     @classmethod
     def from_step_output(cls, output: Any, normalize: int) -> ClosureResult:
+        if type(output) is Tensor and normalize == 1:  # the common case, without the checks below
+            return cls(output, {})
         loss: Tensor | None
         extra: dict[str, Any] = {}
         if isinstance(output, Mapping):
@@ -106,6 +110,15 @@ class AutomaticOptimization:
         self.trainer = trainer
         self.pass_optimizer_idx = False  # training_step takes optimizer_idx (decided once per fit)
         self.active: list[int] = [0]  # the optimizers that run on the current batch
+        # the hooks left at their defaults run inline in the hot loop (see plan())
+        self._inline_zero_grad = False
+        self._inline_step = False
+
+    def plan(self) -> None:
+        """Decide, once per epoch, which default hooks the step may run inline instead of dispatching."""
+        hooks = self.trainer._hooks
+        self._inline_zero_grad = hooks.defaults_only("on_before_zero_grad", "optimizer_zero_grad")
+        self._inline_step = hooks.defaults_only("optimizer_step")
 
     def setup(self) -> None:
         """Read training_step's signature once per fit; several optimizers need ``optimizer_idx`` in it."""
@@ -142,10 +155,10 @@ class AutomaticOptimization:
         """Optimize on one batch; returns its output (one optimizer) or a list with one entry per optimizer
         (None for optimizers that do not run on this batch)."""
         trainer = self.trainer
-        self.active = active = self.active_optimizers(batch_idx)
         optimizers = trainer.optimizers
         if len(optimizers) == 1:
             return self._run_one(0, batch, batch_idx, accumulate, first_of_window, window)
+        self.active = active = self.active_optimizers(batch_idx)
         module = trainer.lightning_module
         assert module is not None
         outputs: list[Any] = [None] * len(optimizers)
@@ -166,13 +179,15 @@ class AutomaticOptimization:
         optimizer = strategy.optimizers[idx]
         step_args = (batch, batch_idx, idx) if self.pass_optimizer_idx else (batch, batch_idx)
 
-        def index() -> int:
+        def index() -> int:  # for the hooks that 1.x called with the optimizer's index
             return idx
 
         def step_fn() -> ClosureResult:
             output = strategy.training_step(*step_args)
             result = ClosureResult.from_step_output(output, window)
-            if first_of_window:
+            if first_of_window and self._inline_zero_grad:
+                optimizer.zero_grad(set_to_none=True)  # the default optimizer_zero_grad
+            elif first_of_window:
                 hooks.call_callbacks("on_before_zero_grad", optimizer)
                 hooks.call_module("on_before_zero_grad", optimizer)
                 hooks.call_module_idx(
@@ -188,10 +203,15 @@ class AutomaticOptimization:
             with strategy.block_backward_sync():
                 closure()
         else:
-            lightning_optimizer = strategy._lightning_optimizers[idx]
-            hooks.call_module_idx(
-                "optimizer_step", index, trainer.current_epoch, batch_idx, lightning_optimizer, closure
-            )
+            if self._inline_step:
+                # the default optimizer_step: LightningOptimizer.step, whose own step hooks only count
+                # manual-optimization steps
+                strategy.optimizer_step(optimizer, closure)
+            else:
+                lightning_optimizer = strategy._lightning_optimizers[idx]
+                hooks.call_module_idx(
+                    "optimizer_step", index, trainer.current_epoch, batch_idx, lightning_optimizer, closure
+                )
             # Lightning's count: one step per optimizer_step call, whether or not the override stepped
             trainer._progress.global_step += 1
         result = closure.consume_result()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING, Any
 
 from fulmen.loops.fetcher import PrefetchIterator
@@ -29,6 +30,7 @@ class TrainingEpochLoop:
         self.window_done = True  # the current batch closed its window (an optimizer step follows it)
         self.outputs: list[Any] = []  # every batch's output, kept only for a training_epoch_end override
         self._collect_outputs = False
+        self._batch_hooks = True
 
     @property
     def is_last_batch(self) -> bool:
@@ -93,7 +95,11 @@ class TrainingEpochLoop:
         self.window_done = True
         self.window_pos = 0
         self.outputs = []
-        self._collect_outputs = self.trainer._hooks.module_overrides("training_epoch_end")
+        hooks = self.trainer._hooks
+        self._collect_outputs = hooks.module_overrides("training_epoch_end")
+        # read once per epoch: with no batch-start/end hook anywhere the hot loop skips the dispatch
+        self._batch_hooks = not hooks.defaults_only("on_train_batch_start", "on_train_batch_end")
+        self.automatic.plan()
 
     # -- run -------------------------------------------------------------------------------------------
     def run(self, batches: PrefetchIterator, finish_batch: bool | None = None, resumed: bool = False) -> None:
@@ -134,10 +140,10 @@ class TrainingEpochLoop:
         batch_idx = progress.batch_idx
         batch = trainer.strategy.batch_to_device(batch)
         trainer._results.set_batch(batch)  # type: ignore[union-attr]
-        hooks.call_callbacks("on_train_batch_start", batch, batch_idx)
-        response = hooks.call_module("on_train_batch_start", batch, batch_idx)
-        if response == -1:
-            return -1
+        if self._batch_hooks:
+            hooks.call_callbacks("on_train_batch_start", batch, batch_idx)
+            if hooks.call_module("on_train_batch_start", batch, batch_idx) == -1:
+                return -1
         progress.batch_idx += 1  # batches taken this epoch, this one included
         fit = trainer.fit_loop
         fit.phase = "step"
@@ -152,11 +158,13 @@ class TrainingEpochLoop:
         if self._collect_outputs:
             self.outputs.append(outputs)
         fit.phase = "batch"
-        self.update_lr_schedulers("step", plateau=False)
-        if self.num_ready_batches_reached():
-            self.update_lr_schedulers("epoch", plateau=False)
-        hooks.call_callbacks("on_train_batch_end", outputs, batch, batch_idx)
-        hooks.call_module("on_train_batch_end", outputs, batch, batch_idx)
+        if trainer.lr_scheduler_configs:
+            self.update_lr_schedulers("step", plateau=False)
+            if self.num_ready_batches_reached():
+                self.update_lr_schedulers("epoch", plateau=False)
+        if self._batch_hooks:
+            hooks.call_callbacks("on_train_batch_end", outputs, batch, batch_idx)
+            hooks.call_module("on_train_batch_end", outputs, batch, batch_idx)
         if not (accumulate and module.automatic_optimization):
             trainer._metrics.on_train_step_end(trainer.fit_loop.results)
         return None
@@ -169,9 +177,10 @@ class TrainingEpochLoop:
         if run_validation:
             trainer.fit_loop.phase = "validation"
             trainer._run_validation_in_fit()
-        self.update_lr_schedulers("step", plateau=True)
+        if trainer.lr_scheduler_configs:
+            self.update_lr_schedulers("step", plateau=True)
         module = trainer.lightning_module
-        if not (self.should_accumulate() and module is not None and module.automatic_optimization):
+        if self.window_done or module is None or not module.automatic_optimization:
             progress.batches_that_stepped += 1
         progress.total_batch_idx += 1
 
@@ -188,22 +197,22 @@ class TrainingEpochLoop:
     # -- validation schedule ---------------------------------------------------------------------------
     def _should_check_val(self) -> bool:
         trainer = self.trainer
-        cfg = trainer._loop_config
-        if not trainer._data.validation_enabled():
-            return False
-        every = cfg.check_val_every_n_epoch
+        every = trainer._loop_config.check_val_every_n_epoch
         if every is not None and (trainer.current_epoch + 1) % every != 0:
             return False
         val_check_batch = trainer.val_check_batch
-        if self._is_last_batch and val_check_batch == float("inf"):
-            return True
-        if trainer.should_stop and trainer.fit_loop.can_stop_early:
-            return True
-        if val_check_batch == float("inf"):
-            return self._is_last_batch
-        progress = trainer._progress
-        index = progress.total_batch_idx if every is None else progress.batch_idx - 1
-        return (index + 1) % int(val_check_batch) == 0
+        if (self._is_last_batch and val_check_batch == math.inf) or (
+            trainer.should_stop and trainer.fit_loop.can_stop_early
+        ):
+            due = True
+        elif val_check_batch == math.inf:
+            due = False  # not the last batch
+        else:
+            progress = trainer._progress
+            index = progress.total_batch_idx if every is None else progress.batch_idx - 1
+            due = (index + 1) % int(val_check_batch) == 0
+        # the schedule first: whether validation is enabled at all is the costlier question
+        return due and trainer._data.validation_enabled()
 
     # -- learning-rate schedulers ----------------------------------------------------------------------
     def update_lr_schedulers(self, interval: str, plateau: bool) -> None:

@@ -109,7 +109,7 @@ class Strategy:
     # -- data ------------------------------------------------------------------------------------------
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
         model = self._lightning_module
-        device = device or self.root_device
+        device = device or self._root_device
         if model is not None and self._trainer is not None:
             return self._trainer._hooks.transfer_batch(batch, device, dataloader_idx)
         return move_data_to_device(batch, device)
@@ -121,7 +121,9 @@ class Strategy:
             return self._trainer._hooks.call_module(name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._step("training_step", *args, **kwargs)
+        assert self._trainer is not None
+        with self.precision_plugin.forward_context():  # _step, inlined: this one runs every batch
+            return self._trainer._hooks.call_module("training_step", *args, **kwargs)
 
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         return self._step("validation_step", *args, **kwargs)
@@ -136,6 +138,13 @@ class Strategy:
         """on_before_backward → module.backward (scaled loss) → on_after_backward."""
         assert self._trainer is not None
         hooks = self._trainer._hooks
+        if (
+            not args
+            and not kwargs
+            and hooks.defaults_only("on_before_backward", "backward", "on_after_backward")
+        ):
+            self.precision_plugin.pre_backward(loss).backward()  # the default hooks, inline
+            return loss
         hooks.call_callbacks("on_before_backward", loss)
         hooks.call_module("on_before_backward", loss)
         scaled = self.precision_plugin.pre_backward(loss)
@@ -149,7 +158,15 @@ class Strategy:
         return loss
 
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], **kwargs: Any) -> Any:
-        return self.precision_plugin.optimizer_step(optimizer, closure, self._after_closure, **kwargs)
+        trainer = self._trainer
+        after: Callable[[Optimizer], None] | None = self._after_closure
+        if (
+            trainer is not None
+            and not trainer.gradient_clip_val
+            and trainer._hooks.defaults_only("on_before_optimizer_step", "configure_gradient_clipping")
+        ):
+            after = None  # no hook to call and nothing to clip between backward and the step
+        return self.precision_plugin.optimizer_step(optimizer, closure, after, **kwargs)
 
     def _after_closure(self, optimizer: Optimizer) -> None:
         """Runs between the closure (backward done) and the step: hooks, then clipping."""

@@ -17,6 +17,7 @@ from fulmen.callbacks.callback import Callback
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.hooks import CheckpointHooks, DataHooks, ModelHooks
 from fulmen.core.module import LightningModule
+from fulmen.utilities.apply_func import move_data_to_device
 
 if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
@@ -81,12 +82,24 @@ class HookDispatcher:
         self._callback_cache: dict[tuple[str, bool | None], list[Callable[..., Any]]] = {}
         self._module_cache: dict[str, Callable[..., Any] | None] = {}
         self._legacy_cache: dict[Any, bool] = {}
+        self._default_cache: dict[tuple[str, ...], bool] = {}
 
     def reset(self) -> None:
         """Forget which hooks are overridden: call when callbacks or the module change (each run)."""
         self._callback_cache.clear()
         self._module_cache.clear()
         self._legacy_cache.clear()
+        self._default_cache.clear()
+
+    def defaults_only(self, *names: str) -> bool:
+        """No callback implements any of ``names`` and the module overrides none of them, so the loops
+        may run the default behaviour inline (the hot loop skips several calls per step this way)."""
+        cached = self._default_cache.get(names)
+        if cached is None:
+            cached = self._default_cache[names] = not any(
+                self.module_overrides(name) or self._callback_fns(name, None) for name in names
+            )
+        return cached
 
     # -- 1.x signatures that take the optimizer's index (each override's signature is read once per run) --
     def module_takes_optimizer_idx(self, name: str) -> bool:
@@ -222,6 +235,8 @@ class HookDispatcher:
 
     # -- composite: the batch-transfer hooks (data module's override wins, as in Lightning) ---------------
     def transfer_batch(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        if self._transfer_is_default():
+            return move_data_to_device(batch, device)
         for name, args in (
             ("on_before_batch_transfer", (dataloader_idx,)),
             ("transfer_batch_to_device", (device, dataloader_idx)),
@@ -232,6 +247,17 @@ class HookDispatcher:
             else:
                 batch = self.call_module(name, batch, *args)
         return batch
+
+    def _transfer_is_default(self) -> bool:
+        cached = self._default_cache.get(_TRANSFER_HOOKS)
+        if cached is None:
+            cached = self._default_cache[_TRANSFER_HOOKS] = not any(
+                self.module_overrides(name) or self.datamodule_overrides(name) for name in _TRANSFER_HOOKS
+            )
+        return cached
+
+
+_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
 def _is_monitoring(callback: Callback) -> bool:

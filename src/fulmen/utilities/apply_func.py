@@ -36,10 +36,14 @@ def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
     """
     if isinstance(device, str):
         device = torch.device(device)
+    if type(batch) in (tuple, list) and getattr(device, "type", None) == "cpu" and _all_cpu_tensors(batch):
+        return batch  # nothing to move: the common case on a CPU, answered without building a new batch
     non_blocking = isinstance(device, torch.device) and device.type == "cuda"
+    on_cpu = isinstance(device, torch.device) and device.type == "cpu"
 
     def to(t: torch.Tensor) -> torch.Tensor:
-        if t.device == device:
+        # ``t.is_cpu`` answers without building a torch.device per tensor (per batch, in the hot loop)
+        if t.is_cpu if on_cpu else t.device == device:
             return t
         return t.to(device, non_blocking=non_blocking)
 
@@ -55,6 +59,13 @@ def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
         return x if moved is None else moved
 
     return apply_to_collection(batch, _Movable, move_any)
+
+
+def _all_cpu_tensors(batch: tuple[Any, ...] | list[Any]) -> bool:
+    for item in batch:  # noqa: SIM110 - a plain loop: all() over a generator costs a frame per batch
+        if type(item) is not torch.Tensor or not item.is_cpu:
+            return False
+    return True
 
 
 class _MovableMeta(type):
