@@ -57,6 +57,11 @@ class Precision:
 
     name = "32-true"
 
+    @property
+    def precision(self) -> str:
+        """The precision flag this object implements, e.g. ``'16-mixed'`` (Lightning's attribute name)."""
+        return self.name
+
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         return module
 
@@ -97,6 +102,11 @@ class Precision:
         else:
             torch.nn.utils.clip_grad_norm_(params, clip_val)
 
+    def step_was_skipped(self, optimizer: Optimizer) -> bool:
+        """Whether the last ``optimizer_step`` of ``optimizer`` left its parameters unchanged (a gradient
+        scaler found inf/NaN gradients): its learning-rate schedulers then do not step either."""
+        return False
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -131,7 +141,11 @@ class DoublePrecision(Precision):
 class HalfPrecision(DoublePrecision):
     """'16-true' / 'bf16-true': weights and floating inputs in half precision, no autocast."""
 
-    def __init__(self, precision: str) -> None:
+    def __init__(self, precision: str = "16-true") -> None:
+        if precision not in ("16-true", "bf16-true"):
+            raise MisconfigurationException(
+                f"HalfPrecision(precision={precision!r}) must be '16-true' or 'bf16-true'."
+            )
         self.name = precision
         self.dtype = torch.float16 if precision == "16-true" else torch.bfloat16
 
@@ -143,14 +157,31 @@ class MixedPrecision(Precision):
     values mean the same as in full precision, and steps with inf/NaN gradients are skipped.
     """
 
-    def __init__(self, precision: str, device_type: str, scaler: Any = None) -> None:
+    def __init__(self, precision: str | int, device: str, scaler: torch.amp.GradScaler | None = None) -> None:
+        precision = {16: "16-mixed", "16": "16-mixed", "bf16": "bf16-mixed"}.get(precision, precision)  # 1.x
+        if precision not in ("16-mixed", "bf16-mixed"):
+            raise MisconfigurationException(
+                f"MixedPrecision(precision={precision!r}) must be '16-mixed' or 'bf16-mixed'."
+            )
+        if scaler is not None and precision == "bf16-mixed":
+            raise MisconfigurationException(
+                "MixedPrecision(precision='bf16-mixed', scaler=...): bfloat16 has float32's range, so it needs "
+                "no gradient scaler. Drop the scaler, or use precision='16-mixed'."
+            )
         self.name = precision
-        self.device_type = device_type
+        self.device = device
         self.dtype = torch.float16 if precision == "16-mixed" else torch.bfloat16
-        if scaler is None and precision == "16-mixed" and device_type == "cuda":
+        if scaler is None and precision == "16-mixed" and device == "cuda":
             scaler = torch.amp.GradScaler("cuda")
         self.scaler = scaler
         self._unscaled: set[int] = set()
+        self._stepped: set[int] = set()  # optimizers whose step ran, filled by a step post-hook
+        self._skipped: set[int] = set()  # optimizers whose last step the scaler skipped
+        self._step_hooks: dict[int, Any] = {}
+
+    @property
+    def device_type(self) -> str:
+        return self.device
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         return torch.autocast(self.device_type, dtype=self.dtype)
@@ -186,15 +217,29 @@ class MixedPrecision(Precision):
         self._unscaled.discard(id(optimizer))
         if result is None and getattr(closure, "skip_step_without_loss", False):
             return None  # automatic optimization and training_step returned None: nothing to step
+        key = id(optimizer)
+        if key not in self._step_hooks:  # tells whether the scaler let optimizer.step run, without a sync
+            self._step_hooks[key] = optimizer.register_step_post_hook(
+                lambda opt, args, kwargs: self._stepped.add(id(opt))
+            )
+        self._stepped.discard(key)
         step_output = self.scaler.step(optimizer, **kwargs)
         self.scaler.update()
+        if key in self._stepped:
+            self._skipped.discard(key)
+        else:
+            self._skipped.add(key)
         return step_output
+
+    def step_was_skipped(self, optimizer: Optimizer) -> bool:
+        return id(optimizer) in self._skipped
 
     def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str) -> None:
         self.unscale_gradients(optimizer)
         super().clip_gradients(optimizer, clip_val, algorithm)
 
     def state_dict(self) -> dict[str, Any]:
+        # a GradScaler's state is the scale and its growth tracker: what makes a resumed run exact
         return self.scaler.state_dict() if self.scaler is not None else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import fulmen
+from fulmen.plugins import MixedPrecision
 from tests.core.optimization_examples import N_BATCHES, examples, fit, weights
 
 pl_lightning = pytest.importorskip("lightning.pytorch")
@@ -266,9 +267,10 @@ def test_toggle_model_without_sync_grad_blocks_gradient_synchronisation():
 
 
 def test_manual_backward_and_step_go_through_the_precision_plugin():
-    """Mixed precision with a GradScaler (on this CPU: bf16 autocast and a CPU scaler standing in for CUDA's
-    16-mixed): manual_backward scales the loss, clip_gradients and opt.step() unscale it, as a hand-written
-    AMP loop does. (A step used to be skipped here, mistaken for a training_step that returned None.)"""
+    """'16-mixed' with a GradScaler (on this CPU: float16 autocast and a CPU scaler, the path CUDA takes):
+    manual_backward scales the loss, clip_gradients and opt.step() unscale it, as a hand-written AMP loop
+    does; Lightning would clip the scaled gradients. (A step used to be skipped here, mistaken for a
+    training_step that returned None.)"""
     grads = []
 
     class Model(FULMEN["MyModel"]):
@@ -281,9 +283,9 @@ def test_manual_backward_and_step_go_through_the_precision_plugin():
             opt.step()
 
     model = Model()
-    trainer = fulmen.Trainer(max_epochs=1, precision="bf16-mixed", logger=False, enable_checkpointing=False,
+    plugin = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=1024.0))
+    trainer = fulmen.Trainer(max_epochs=1, plugins=[plugin], logger=False, enable_checkpointing=False,
                              enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
-    trainer.strategy.precision_plugin.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     from tests.core.optimization_examples import compute_loss, data
 
     trainer.fit(model, data())
@@ -294,7 +296,7 @@ def test_manual_backward_and_step_go_through_the_precision_plugin():
     ref_grads = []
     for batch in data():
         opt.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.float16):
             loss = compute_loss(ref, batch)
         scaler.scale(loss).backward()
         ref_grads.append(ref.net[0].weight.grad.abs().sum().item())

@@ -229,11 +229,14 @@ class TrainingEpochLoop:
         index = (progress.batch_idx - 1 if interval == "step" else trainer.current_epoch) + 1
         # with optimizer frequencies, a 'step' scheduler steps only on batches its optimizer ran on
         active = self.automatic.active if interval == "step" and trainer.optimizer_frequencies else None
+        skipped = trainer.precision_plugin.step_was_skipped
         for config in configs:
             if config.reduce_on_plateau != plateau or config.interval != interval:
                 continue
             if active is not None and config.opt_idx is not None and config.opt_idx not in active:
                 continue
+            if interval == "step" and skipped(trainer.optimizers[config.opt_idx or 0]):
+                continue  # the gradient scaler skipped this optimizer's step: its schedule waits too
             if index % config.frequency != 0:
                 continue
             metric = None

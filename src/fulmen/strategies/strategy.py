@@ -111,8 +111,11 @@ class Strategy:
         model = self._lightning_module
         device = device or self._root_device
         if model is not None and self._trainer is not None:
-            return self._trainer._hooks.transfer_batch(batch, device, dataloader_idx)
-        return move_data_to_device(batch, device)
+            batch = self._trainer._hooks.transfer_batch(batch, device, dataloader_idx)
+        else:
+            batch = move_data_to_device(batch, device)
+        # '-true' precisions: floating inputs in the weights' dtype, before on_*_batch_start sees the batch
+        return self.precision_plugin.convert_input(batch)
 
     # -- steps -----------------------------------------------------------------------------------------
     def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -343,7 +343,10 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], ckpt_pa
     schedulers = [cfg.scheduler for cfg in trainer.lr_scheduler_configs]
     _load_states(ckpt_path, "LR scheduler", checkpoint.get("lr_schedulers", []), schedulers)
     precision = trainer.precision_plugin
-    precision_state = checkpoint.get(type(precision).__qualname__)
+    # Lightning 1.x saved a GradScaler's state under "native_amp_scaling_state"
+    precision_state = checkpoint.get(type(precision).__qualname__) or checkpoint.get(
+        "native_amp_scaling_state"
+    )
     if precision_state:
         precision.load_state_dict(precision_state)
     fit_state = checkpoint.get("loops", {}).get("fit_loop", {})

@@ -131,6 +131,7 @@ class Trainer:
             )
         self._matmul_precision = matmul_precision
         self._precision_flag = normalize_precision(precision)
+        self._precision_plugin = _precision_from_plugins(plugins, precision)
         self.accelerator = select_accelerator(accelerator)
         self._devices = self.accelerator.parse_devices(devices)
         self.num_nodes = num_nodes
@@ -192,10 +193,10 @@ class Trainer:
     # -- construction helpers -----------------------------------------------------------------------------
     def _select_strategy(self, strategy: str | Strategy) -> Strategy:
         device = self._devices[0]
-        precision_plugin = select_precision(self._precision_flag, device.type)
+        precision_plugin = self._precision_plugin or select_precision(self._precision_flag, device.type)
         if isinstance(strategy, Strategy):
             strategy.accelerator = strategy.accelerator or self.accelerator
-            if type(strategy.precision_plugin) is Precision:  # left at the default: use the flag's
+            if type(strategy.precision_plugin) is Precision:  # left at the default: use the Trainer's
                 strategy.precision_plugin = precision_plugin
             return strategy
         if not isinstance(strategy, str) or strategy.lower() not in _STRATEGIES + (
@@ -958,3 +959,29 @@ def _suggest_matmul_precision(device: torch.device) -> None:
         "much faster float32 matmuls; pass matmul_precision='highest' to keep the current setting and "
         "silence this message."
     )
+
+
+def _precision_from_plugins(plugins: Any, precision: Any) -> Precision | None:
+    """The precision object among ``Trainer(plugins=...)``, if any; refused together with ``precision=``."""
+    if plugins is None:
+        return None
+    items = plugins if isinstance(plugins, (list, tuple)) else [plugins]
+    found: Precision | None = None
+    for plugin in items:
+        if not isinstance(plugin, Precision):
+            raise MisconfigurationException(
+                f"plugins={plugins!r}: {type(plugin).__name__} is not a plugin fulmen knows. Pass precision "
+                "objects from fulmen.plugins (Precision, MixedPrecision, HalfPrecision, DoublePrecision)."
+            )
+        if found is not None:
+            raise MisconfigurationException(
+                f"plugins={plugins!r} holds two precision plugins ({type(found).__name__} and "
+                f"{type(plugin).__name__}). Pass one."
+            )
+        found = plugin
+    if found is not None and precision is not None:
+        raise MisconfigurationException(
+            f"Trainer(precision={precision!r}) and plugins=[{type(found).__name__}(...)] both set the precision. "
+            "Pass one of them."
+        )
+    return found

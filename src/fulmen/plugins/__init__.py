@@ -1,0 +1,26 @@
+"""Trainer plugins. Pass a precision object to set the precision with options the flag cannot carry, e.g.
+``Trainer(plugins=[MixedPrecision("16-mixed", "cuda", scaler=torch.amp.GradScaler(init_scale=2.0**10))])``."""
+
+from fulmen.plugins.precision import (
+    DoublePrecision,
+    DoublePrecisionPlugin,
+    HalfPrecision,
+    HalfPrecisionPlugin,
+    MixedPrecision,
+    MixedPrecisionPlugin,
+    NativeMixedPrecisionPlugin,
+    Precision,
+    PrecisionPlugin,
+)
+
+__all__ = [
+    "DoublePrecision",
+    "DoublePrecisionPlugin",
+    "HalfPrecision",
+    "HalfPrecisionPlugin",
+    "MixedPrecision",
+    "MixedPrecisionPlugin",
+    "NativeMixedPrecisionPlugin",
+    "Precision",
+    "PrecisionPlugin",
+]
