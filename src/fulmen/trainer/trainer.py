@@ -84,6 +84,7 @@ class Trainer:
         enable_autolog_hparams: bool = True,
         model_registry: str | None = None,
         matmul_precision: str | None = None,
+        compile: bool | dict[str, Any] = False,
     ) -> None:
         # -- flags, validated once ------------------------------------------------------------------
         accumulation_scheduler = None
@@ -130,6 +131,12 @@ class Trainer:
                 "to torch.set_float32_matmul_precision for the run), or None to leave the setting alone."
             )
         self._matmul_precision = matmul_precision
+        if not isinstance(compile, (bool, dict)):
+            raise MisconfigurationException(
+                f"compile={compile!r} must be True, False or a dict of torch.compile options, e.g. "
+                "compile={'mode': 'reduce-overhead'} or compile={'backend': 'inductor', 'dynamic': False}."
+            )
+        self._compile = compile
         self._precision_flag = normalize_precision(precision)
         self._precision_plugin = _precision_from_plugins(plugins, precision)
         self.accelerator = select_accelerator(accelerator)
@@ -597,6 +604,10 @@ class Trainer:
                     f"trainer.{fn.value}() needs a model: pass it as the first argument (no earlier fit() "
                     "attached one)."
                 )
+        if self._compile is not False and isinstance(model, LightningModule) and model._compiled_from is None:
+            # Trainer(compile=...): as if the user had passed torch.compile(model, **options)
+            options = self._compile if isinstance(self._compile, dict) else {}
+            model = torch.compile(model, **options)
         model = unwrap_compiled(model)
         if not isinstance(model, LightningModule):
             raise TypeError(
