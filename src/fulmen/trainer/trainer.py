@@ -607,7 +607,7 @@ class Trainer:
         if self._compile is not False and isinstance(model, LightningModule) and model._compiled_from is None:
             # Trainer(compile=...): as if the user had passed torch.compile(model, **options)
             options = self._compile if isinstance(self._compile, dict) else {}
-            model = torch.compile(model, **options)
+            model = unwrap_compiled(torch.compile(model, **options))
         model = unwrap_compiled(model)
         if not isinstance(model, LightningModule):
             raise TypeError(
