@@ -12,10 +12,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 import fulmen as pl
 from fulmen.callbacks import EarlyStopping
+from fulmen.utilities.data import InMemoryDataLoader
 
 
 class DigitsDataModule(pl.LightningDataModule):
@@ -38,12 +39,15 @@ class DigitsDataModule(pl.LightningDataModule):
         self.train_set = TensorDataset(x[train_idx], y[train_idx])
         self.val_set = TensorDataset(x[val_idx], y[val_idx])
 
-    def train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
-        g = torch.Generator().manual_seed(self.hparams.seed)
-        return DataLoader(self.train_set, batch_size=self.hparams.batch_size, shuffle=True, generator=g)
+    # The whole data set is a few hundred kB: batches are sliced from tensors in memory (about 20x faster
+    # per epoch than DataLoader(TensorDataset), which collates every batch sample by sample).
+    def train_dataloader(self) -> InMemoryDataLoader:
+        return InMemoryDataLoader(
+            self.train_set, batch_size=self.hparams.batch_size, shuffle=True, seed=self.hparams.seed
+        )
 
-    def val_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
-        return DataLoader(self.val_set, batch_size=256)
+    def val_dataloader(self) -> InMemoryDataLoader:
+        return InMemoryDataLoader(self.val_set, batch_size=256)
 
 
 class DigitsClassifier(pl.LightningModule):

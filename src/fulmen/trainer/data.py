@@ -133,15 +133,36 @@ class TrainerData:
         return self.val_dataloaders, self.val_num_batches
 
     def _check_workers(self, loader: Any, stage: str) -> None:
+        """Seed 001's data-loading advice, as warnings (each once): workers, pinned memory, persistence."""
         num_workers = getattr(loader, "num_workers", None)
-        if num_workers is None or num_workers > 0 or stage == "predict":
-            return
+        if num_workers is None or stage == "predict":
+            return  # not a DataLoader (an InMemoryDataLoader needs no workers)
+        trainer = self.trainer
         cpus = os.cpu_count() or 1
-        if cpus > 2:
+        if num_workers == 0 and cpus > 2:
             self._warnings.warn(
                 f"The {stage} dataloader has num_workers=0: batches load in the main process, which may "
                 f"bottleneck training. Consider DataLoader(num_workers={min(cpus - 1, 8)})."
             )
+        on_cuda = trainer.strategy.root_device.type == "cuda"
+        if on_cuda and not getattr(loader, "pin_memory", True) and _holds_cpu_data(loader):
+            self._warnings.warn(
+                f"The {stage} dataloader has pin_memory=False while training on CUDA: copies from pageable "
+                "memory cannot overlap compute. Consider DataLoader(..., pin_memory=True)."
+            )
+        epochs = trainer._loop_config.max_epochs
+        restarts = stage == "train" and (epochs is None or epochs == -1 or epochs > 1)
+        if num_workers > 0 and restarts and not getattr(loader, "persistent_workers", True):
+            self._warnings.warn(
+                f"The {stage} dataloader starts {num_workers} worker process(es) again at every epoch. "
+                "Consider DataLoader(..., persistent_workers=True) to keep them alive between epochs."
+            )
+
+
+def _holds_cpu_data(loader: Any) -> bool:
+    """False when the data set already lives on a GPU (pinning would then fail)."""
+    tensors = getattr(getattr(loader, "dataset", None), "tensors", None)
+    return not tensors or all(t.device.type == "cpu" for t in tensors)
 
 
 def _overrides(obj: object, name: str) -> bool:

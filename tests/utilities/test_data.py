@@ -1,0 +1,138 @@
+"""preload and InMemoryDataLoader: the same batches as DataLoader(TensorDataset), shuffles that resume
+exactly; the data-loading advice the trainer gives."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+
+import fulmen
+from fulmen.callbacks import ModelCheckpoint
+from fulmen.utilities.data import InMemoryDataLoader, preload
+
+X = torch.arange(50 * 3, dtype=torch.float32).reshape(50, 3)
+Y = torch.arange(50) % 4
+
+
+class Samples(Dataset):
+    def __len__(self):
+        return 50
+
+    def __getitem__(self, i):
+        return X[i], int(Y[i])
+
+
+def test_preload_stacks_a_map_style_dataset_once():
+    data = preload(Samples(), chunk_size=16)
+    assert isinstance(data, TensorDataset)
+    torch.testing.assert_close(data.tensors[0], X)
+    torch.testing.assert_close(data.tensors[1], Y)
+    assert preload(TensorDataset(X, Y), device="cpu").tensors[0] is not None
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            yield X[0]
+
+    with pytest.raises(TypeError, match="map-style"):
+        preload(Stream())
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_without_shuffling_the_batches_are_dataloaders(drop_last):
+    ours = list(InMemoryDataLoader(TensorDataset(X, Y), batch_size=8, drop_last=drop_last))
+    theirs = list(DataLoader(TensorDataset(X, Y), batch_size=8, drop_last=drop_last))
+    assert len(ours) == len(theirs) == len(InMemoryDataLoader(X, batch_size=8, drop_last=drop_last))
+    for a, b in zip(ours, theirs):
+        assert isinstance(a, list) and len(a) == 2
+        torch.testing.assert_close(a, b)
+
+
+def test_shuffling_depends_on_the_seed_and_the_epoch_only():
+    loader = InMemoryDataLoader((X, Y), batch_size=8, shuffle=True, seed=7)
+    epoch0 = torch.cat([b[1] for b in loader])
+    assert sorted(torch.cat([b[0][:, 0] for b in loader]).tolist()) == X[:, 0].tolist()  # a permutation
+    assert torch.equal(epoch0, torch.cat([b[1] for b in loader]))  # same epoch: same order
+    loader.sampler.set_epoch(1)
+    assert not torch.equal(epoch0, torch.cat([b[1] for b in loader]))
+    again = InMemoryDataLoader((X, Y), batch_size=8, shuffle=True, seed=7)
+    again.sampler.set_epoch(1)
+    assert torch.equal(torch.cat([b[1] for b in loader]), torch.cat([b[1] for b in again]))
+    fulmen.seed_everything(3, verbose=False)
+    a = InMemoryDataLoader(X, shuffle=True).sampler.seed
+    fulmen.seed_everything(3, verbose=False)
+    assert InMemoryDataLoader(X, shuffle=True).sampler.seed == a  # seed=None: from torch's global RNG
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="preload"):
+        InMemoryDataLoader(Samples())
+    with pytest.raises(ValueError, match="first dimensions differ"):
+        InMemoryDataLoader((X, Y[:10]))
+    with pytest.raises(ValueError, match="batch_size=0"):
+        InMemoryDataLoader(X, batch_size=0)
+
+
+class Model(fulmen.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Linear(3, 4)
+        self.seen: list[torch.Tensor] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.seen.append(y)
+        return nn.functional.cross_entropy(self.net(x / 100), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.5, momentum=0.9)
+
+
+def test_a_shuffled_run_resumes_mid_epoch_exactly(tmp_path):
+    def loader():
+        return InMemoryDataLoader((X, Y), batch_size=8, shuffle=True, seed=11)
+
+    def trainer(**kwargs):
+        return fulmen.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                              default_root_dir=tmp_path, **kwargs)  # fmt: skip
+
+    full = Model()
+    trainer(enable_checkpointing=False).fit(full, loader())
+    epochs = [torch.cat(full.seen[i * 7 : (i + 1) * 7]) for i in range(3)]
+    assert not torch.equal(epochs[0], epochs[1])  # the fit loop moved the order on each epoch
+
+    every_10 = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=10, save_top_k=-1)
+    trainer(callbacks=[every_10]).fit(Model(), loader())
+    resumed = Model()
+    trainer(enable_checkpointing=False).fit(resumed, loader(), ckpt_path=tmp_path / "epoch=1-step=10.ckpt")
+    assert torch.equal(torch.cat(resumed.seen), torch.cat(full.seen[10:]))
+    for p, q in zip(resumed.parameters(), full.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_data_loading_advice(monkeypatch):
+    trainer = fulmen.Trainer(max_epochs=3, logger=False)
+    data = trainer._data
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data._check_workers(DataLoader(TensorDataset(X, Y)), "train")
+        data._check_workers(DataLoader(TensorDataset(X, Y), num_workers=2), "train")
+        data._check_workers(DataLoader(TensorDataset(X, Y), num_workers=2, persistent_workers=True), "val")
+        data._check_workers(InMemoryDataLoader(X), "train")
+    messages = [str(w.message) for w in caught]
+    assert any("num_workers=0" in m and "num_workers=7" in m for m in messages)
+    assert sum("persistent_workers=True" in m for m in messages) == 1
+    assert not any("pin_memory" in m for m in messages)  # on the CPU
+
+    monkeypatch.setattr(trainer.strategy, "_root_device", torch.device("cuda", 0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data._check_workers(DataLoader(TensorDataset(X, Y), num_workers=2, persistent_workers=True), "train")
+        data._check_workers(DataLoader(TensorDataset(X, Y), num_workers=2, persistent_workers=True,
+                                       pin_memory=True), "val")  # fmt: skip
+    assert [("pin_memory=True" in str(w.message)) for w in caught] == [True]
