@@ -85,6 +85,14 @@ class Precision:
         **kwargs: Any,
     ) -> Any:
         """Step ``optimizer``; ``after_closure`` (hooks, clipping) runs between backward and the step."""
+        if _closure_runs_first(optimizer):
+            # what optimizer.step(closure) would do, without its closure plumbing (grad mode switches
+            # and a frame per call: about 2% of a small model's step)
+            result = closure()
+            if after_closure is not None:
+                after_closure(optimizer)
+            optimizer.step(**kwargs)
+            return result
         if after_closure is None:
             return optimizer.step(closure=closure, **kwargs)
 
@@ -245,6 +253,19 @@ class MixedPrecision(Precision):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.scaler is not None and state_dict:
             self.scaler.load_state_dict(state_dict)
+
+
+_CLOSURE_FIRST: dict[type, bool] = {}
+
+
+def _closure_runs_first(optimizer: Optimizer) -> bool:
+    """Whether ``optimizer.step(closure)`` just calls the closure once before stepping: true of torch's own
+    optimizers except LBFGS. Others (LBFGS, SAM-like optimizers of other libraries) get the closure."""
+    cls = type(optimizer)
+    known = _CLOSURE_FIRST.get(cls)
+    if known is None:
+        known = _CLOSURE_FIRST[cls] = cls.__module__.startswith("torch.optim.") and not issubclass(cls, LBFGS)
+    return known
 
 
 def select_precision(precision: str, device_type: str) -> Precision:

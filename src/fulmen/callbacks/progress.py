@@ -112,9 +112,14 @@ class TQDMProgressBar(ProgressBar):
     def _update(self, bar: Any, n: int, total: int | float | None) -> bool:
         if bar is None or self.is_disabled:
             return False
-        if n % self._refresh_rate == 0 or (total is not None and n == total):
+        if total is not None and n == total:  # the last batch: always drawn
             bar.n = n
             bar.refresh()
+            return True
+        if n % self._refresh_rate == 0:
+            # update() lets tqdm redraw at most every mininterval (0.1 s): a redraw per batch would cost
+            # more than the framework's whole step on a fast loop
+            bar.update(n - bar.n)
             return True
         return False
 

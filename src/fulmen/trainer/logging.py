@@ -326,7 +326,8 @@ class ResultCollection:
                     f"self.log({name!r}, value) got a tensor of shape {tuple(value.shape)}; logged values must "
                     f"have one element. Reduce it first, e.g. self.log({name!r}, value.mean())."
                 )
-            value = value.squeeze()
+            if value.ndim:
+                value = value.reshape(())
             return value if enable_graph else value.detach()
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             if hasattr(value, "item") and callable(value.item):  # numpy scalars

@@ -1,0 +1,255 @@
+"""Every check that needs a CUDA GPU, in one call: ``python benchmarks/gpu_checks.py``.
+
+1. No hidden host-device syncs: the training loop runs under ``torch.cuda.set_sync_debug_mode("error")``
+   from each batch's start to its end (logging happens after the batch, every ``log_every_n_steps``), for
+   '32-true', 'bf16-mixed' and manual optimization. '16-mixed' runs under "warn" and reports its syncs:
+   ``GradScaler.step`` reads the inf/NaN flag on the host once per step, by torch's design.
+2. '16-mixed' with the CUDA GradScaler trains like a hand-written AMP loop (autocast, scaled backward,
+   unscale before clipping, skipped steps leave the scheduler alone), automatic and manual optimization.
+3. Step time of a small convnet: '32-true', '16-mixed', 'bf16-mixed', and '32-true' with ``compile=True``.
+
+Prints a table and, when ``$OUT`` is set, writes ``$OUT/gpu_checks.json``. ``--cpu-dry-run`` runs checks 2
+and 3 on the CPU (float16 autocast with a CPU scaler) to test the script itself where no GPU is around.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+import fulmen
+from fulmen.plugins import MixedPrecision
+from fulmen.utilities.data import InMemoryDataLoader
+
+RESULTS: list[tuple[str, str, str]] = []  # check, outcome, detail
+
+
+def report(check: str, ok: bool | None, detail: str) -> None:
+    RESULTS.append((check, {True: "PASS", False: "FAIL", None: "info"}[ok], detail))
+
+
+class MLP(fulmen.LightningModule):
+    def __init__(self, manual: bool = False, clip: float | None = None) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 10))
+        self.automatic_optimization = not manual
+        self.clip = clip
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        loss = nn.functional.cross_entropy(self.net(x), y)
+        self.log("loss", loss, prog_bar=True)
+        if self.automatic_optimization:
+            return loss
+        opt = self.optimizers()
+        opt.zero_grad()
+        self.manual_backward(loss)
+        if self.clip:
+            self.clip_gradients(opt, gradient_clip_val=self.clip)
+        opt.step()
+        self.lr_schedulers().step()
+        return None
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+        scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+        if self.automatic_optimization:
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return [opt], [scheduler]
+
+
+def data(device: str, n: int = 64 * 32) -> InMemoryDataLoader:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 32, generator=g).to(device)
+    y = torch.randint(0, 10, (n,), generator=g).to(device)
+    return InMemoryDataLoader((x, y), batch_size=32)
+
+
+class SyncWatch(fulmen.Callback):
+    """The sync debug mode is on from each batch's start to its end; syncs there raise (or warn)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        torch.cuda.set_sync_debug_mode(self.mode)
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def check_syncs(precision: str, manual: bool = False) -> None:
+    name = f"no host sync in the step, {precision}" + (" (manual)" if manual else "")
+    mode = "warn" if precision == "16-mixed" else "error"
+    trainer = fulmen.Trainer(
+        max_epochs=1, precision=precision, accelerator="cuda", devices=1, callbacks=[SyncWatch(mode)],
+        log_every_n_steps=50, enable_progress_bar=False, enable_checkpointing=False, gradient_clip_val=None
+        if manual else 1.0, logger=fulmen.loggers.CSVLogger(os.environ.get("TMPDIR", "/tmp")),
+    )  # fmt: skip
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.fit(MLP(manual=manual, clip=1.0 if manual else None), data("cuda"))
+    except RuntimeError as err:
+        report(name, False, f"a sync in the hot loop: {str(err).splitlines()[0][:160]}")
+        return
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchronizing" in str(w.message).lower()]
+    if mode == "error":
+        report(name, True, f"{trainer.global_step} steps under set_sync_debug_mode('error')")
+    else:
+        per_step = len(syncs) / max(1, trainer.global_step)
+        report(name, None, f"{per_step:.1f} syncs/step under 'warn' (GradScaler.step's inf check)")
+
+
+def hand_amp(device: str, steps: int, init_scale: float, manual: bool) -> tuple[nn.Module, Any, int]:
+    model = MLP()
+    net, opt = model.net, torch.optim.SGD(model.net.parameters(), lr=0.05, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    net.to(device)
+    scaler = torch.amp.GradScaler(device, init_scale=init_scale)
+    skipped = 0
+    for x, y in list(data(device))[:steps]:
+        with torch.autocast(device, dtype=torch.float16):
+            loss = nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        scale = scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        stepped = scaler.get_scale() >= scale
+        skipped += not stepped
+        if stepped or manual:  # manual optimization: the user's loop steps its scheduler every batch
+            scheduler.step()
+    return net, scheduler, skipped
+
+
+def check_amp_parity(device: str, manual: bool) -> None:
+    name = f"16-mixed + GradScaler vs hand loop ({'manual' if manual else 'automatic'}, {device})"
+    init_scale = 2.0**24  # large: the first steps overflow and are skipped, as at the start of real runs
+    plugin = MixedPrecision("16-mixed", device, scaler=torch.amp.GradScaler(device, init_scale=init_scale))
+    model = MLP(manual=manual, clip=1.0 if manual else None)
+    trainer = fulmen.Trainer(
+        max_epochs=1, plugins=[plugin], accelerator=device, devices=1, logger=False, enable_progress_bar=False,
+        enable_checkpointing=False, enable_model_summary=False, gradient_clip_val=None if manual else 1.0,
+    )  # fmt: skip
+    trainer.fit(model, data(device))
+    steps = trainer.num_training_batches
+    ref, ref_scheduler, skipped = hand_amp(device, steps, init_scale, manual)
+    diff = max((p - q).abs().max().item() for p, q in zip(model.net.parameters(), ref.parameters()))
+    scheduler = trainer.lr_scheduler_configs[0].scheduler
+    same_schedule = scheduler.last_epoch == ref_scheduler.last_epoch
+    ok = diff <= 1e-4 and same_schedule and skipped > 0
+    report(name, ok, f"max |w - w_ref| = {diff:.2e}, {skipped} skipped steps, scheduler at "
+           f"{scheduler.last_epoch} (hand loop {ref_scheduler.last_epoch})")  # fmt: skip
+
+
+class ConvNet(fulmen.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(),
+            nn.MaxPool2d(2), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(), nn.Linear(128, 10),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return nn.functional.cross_entropy(self(batch[0]), batch[1])
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class Clock(fulmen.Callback):
+    """Time per step over the epoch's second half (after warm-up and compilation)."""
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == trainer.num_training_batches // 2:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.start, self.first = time.perf_counter(), batch_idx
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.per_step = (time.perf_counter() - self.start) / (trainer.num_training_batches - self.first)
+
+
+def step_times(device: str, batches: int, repeats: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batches * 64, 3, 32, 32, generator=g).to(device)
+    y = torch.randint(0, 10, (batches * 64,), generator=g).to(device)
+    variants: dict[str, dict[str, Any]] = {
+        "32-true": {}, "16-mixed": {"precision": "16-mixed"}, "bf16-mixed": {"precision": "bf16-mixed"},
+        "32-true + compile": {"compile": True},
+    }  # fmt: skip
+    if device == "cpu":
+        variants = {"32-true": {}, "bf16-mixed": {"precision": "bf16-mixed"}}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, kwargs in variants.items():
+            clock = Clock()
+            trainer = fulmen.Trainer(max_epochs=1, accelerator=device, devices=1, logger=False, callbacks=[clock],
+                                     enable_progress_bar=False, enable_checkpointing=False,
+                                     enable_model_summary=False, **kwargs)  # fmt: skip
+            trainer.fit(ConvNet(), InMemoryDataLoader((x, y), batch_size=64))
+            times[name].append(clock.per_step)
+    base = statistics.median(times["32-true"])
+    for name, values in times.items():
+        median = statistics.median(values)
+        report(
+            f"convnet step time, {name}",
+            None,
+            f"{median * 1e3:.2f} ms ({base / median:.2f}x the speed of 32-true)",
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu-dry-run", action="store_true", help="run checks 2 and 3 on the CPU")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore", message=".*num_workers.*")
+    if args.cpu_dry_run:
+        device = "cpu"
+    elif torch.cuda.is_available():
+        device = "cuda"
+    else:
+        print("No CUDA device: nothing to check. (--cpu-dry-run tests the script on the CPU.)")
+        return 2
+    if device == "cuda":
+        print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+        for precision in ("32-true", "bf16-mixed", "16-mixed"):
+            check_syncs(precision)
+        check_syncs("32-true", manual=True)
+    for manual in (False, True):
+        check_amp_parity(device, manual)
+    step_times(device, batches=40 if device == "cuda" else 6, repeats=3 if device == "cuda" else 1)
+
+    width = max(len(r[0]) for r in RESULTS)
+    for check, outcome, detail in RESULTS:
+        print(f"{outcome:4s}  {check:{width}s}  {detail}")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gpu_checks.json"), "w") as f:
+            json.dump([dict(zip(("check", "outcome", "detail"), r)) for r in RESULTS], f, indent=1)
+    return 1 if any(outcome == "FAIL" for _, outcome, _ in RESULTS) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

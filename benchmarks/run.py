@@ -1,0 +1,400 @@
+"""fulmen's speed and memory targets, measured in one run: ``python benchmarks/run.py`` (about 4 minutes).
+
+Prints one table. Each group's variants run interleaved (variant A, B, C, then A, B, C again ...) and each
+row is the median of the repeats, so a slow spell of the machine hits every variant alike.
+
+- overhead: the per-step cost over a hand-written PyTorch loop for a 32-64-10 MLP (batch 32, one thread,
+  DataLoader over synthetic tensors), bare / with ``self.log`` every step / with the progress bar and
+  checkpointing on / with accumulation and clipping; the same for Lightning when it is installed.
+- startup: ``import fulmen``, and the time from process start to the first optimizer step.
+- memory: peak resident memory of a training process over the same plain loop.
+- loader: one epoch of the digits data set, ``InMemoryDataLoader`` against ``DataLoader(TensorDataset)``.
+- precision: step time of a small convnet with '32-true' and 'bf16-mixed' on the CPU.
+
+Targets (issue 5): overhead <= 5% bare, <= 15% with logging and the progress bar, at most a tenth of
+Lightning's; first step within 0.3 s of plain PyTorch; at most 10 MB of extra memory; the in-memory loader
+at least 5x faster. ``--quick`` runs fewer repeats (for a smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.set_num_threads(1)
+STEPS = 600
+BATCH = 32
+ROWS: list[tuple[str, str, str, str, str]] = []  # group, variant, value, versus, target
+
+
+def row(group: str, variant: str, value: str, versus: str = "", target: str = "") -> None:
+    ROWS.append((group, variant, value, versus, target))
+
+
+def interleaved(variants: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """Median of ``repeats`` runs of each variant, run in turn; one warm-up run each first."""
+    for fn in variants.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            times[name].append(fn())
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+# -- per-step overhead ---------------------------------------------------------------------------------
+def make_loader() -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(STEPS * BATCH, 32, generator=g)
+    y = torch.randint(0, 10, (STEPS * BATCH,), generator=g)
+    return DataLoader(TensorDataset(x, y), batch_size=BATCH)
+
+
+def make_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def plain_loop(loader: DataLoader, accumulate: int = 1, clip: float | None = None) -> Callable[[], float]:
+    def run() -> float:
+        net = make_net()
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        start = time.perf_counter()
+        for i, (x, y) in enumerate(loader):
+            loss = nn.functional.cross_entropy(net(x), y)
+            if accumulate > 1:
+                loss = loss / accumulate
+            if i % accumulate == 0:
+                opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if (i + 1) % accumulate == 0:
+                if clip is not None:
+                    torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
+                opt.step()
+        return (time.perf_counter() - start) / len(loader)
+
+    return run
+
+
+def framework_loop(module_name: str, loader: DataLoader, mode: str, workdir: str) -> Callable[[], float]:
+    """One epoch with ``module_name``'s Trainer; ``mode``: bare, log, pbar+ckpt (+ log), accum+clip."""
+    pl = importlib.import_module(module_name)
+    log = mode in ("log", "pbar+ckpt")
+
+    class MLP(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_net()
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = nn.functional.cross_entropy(self.net(x), y)
+            if log:
+                self.log("loss", loss, prog_bar=True)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    class Clock(pl.Callback):  # times the epoch's batches only, not the trainer's set-up
+        def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            self.start = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            self.elapsed = time.perf_counter() - self.start
+
+    def run() -> float:
+        clock = Clock()
+        extra: dict[str, Any] = {}
+        if mode == "accum+clip":
+            extra = {"accumulate_grad_batches": 2, "gradient_clip_val": 1.0}
+        trainer = pl.Trainer(
+            max_epochs=1, logger=False, enable_checkpointing=mode == "pbar+ckpt",
+            enable_progress_bar=mode == "pbar+ckpt", enable_model_summary=False, callbacks=[clock],
+            accelerator="cpu", devices=1, default_root_dir=workdir, **extra,
+        )  # fmt: skip
+        with open(os.devnull, "w") as devnull:  # the bar's drawing is part of the cost, its text is not
+            stdout, sys.stdout = sys.stdout, devnull
+            try:
+                trainer.fit(MLP(), loader)
+            finally:
+                sys.stdout = stdout
+        return clock.elapsed / len(loader)
+
+    return run
+
+
+def bench_overhead(repeats: int) -> None:
+    loader = make_loader()
+    modes = ["bare", "log", "pbar+ckpt", "accum+clip"]
+    frameworks = {"fulmen": "fulmen"}
+    try:
+        importlib.import_module("lightning.pytorch")
+        frameworks["Lightning"] = "lightning.pytorch"
+    except ImportError:
+        pass
+    with tempfile.TemporaryDirectory() as workdir:
+        variants: dict[str, Callable[[], float]] = {
+            "plain": plain_loop(loader),
+            "plain accum+clip": plain_loop(loader, accumulate=2, clip=1.0),
+        }
+        for label, module in frameworks.items():
+            for mode in modes:
+                variants[f"{label} {mode}"] = framework_loop(module, loader, mode, workdir)
+        medians = interleaved(variants, repeats)
+    row("overhead", "plain PyTorch loop", f"{medians['plain'] * 1e6:.0f} us/step")
+    row("overhead", "plain loop, accumulate 2 + clip", f"{medians['plain accum+clip'] * 1e6:.0f} us/step")
+    targets = {"bare": 5.0, "log": 15.0, "pbar+ckpt": 15.0, "accum+clip": 5.0}
+    for label in frameworks:
+        for mode in modes:
+            base = medians["plain accum+clip" if mode == "accum+clip" else "plain"]
+            over = 100 * (medians[f"{label} {mode}"] / base - 1)
+            target = ""
+            if label == "fulmen":
+                goals = []
+                if targets[mode] is not None:
+                    goals.append(f"<= {targets[mode]:.0f}%")
+                if "Lightning" in frameworks:
+                    lightning = 100 * (medians[f"Lightning {mode}"] / base - 1)
+                    goals.append(f"<= {lightning / 10:.1f}% (Lightning/10)")
+                target = ", ".join(goals)
+            row("overhead", f"{label} {mode}", f"{medians[f'{label} {mode}'] * 1e6:.0f} us/step", f"+{over:.1f}%",
+                target)  # fmt: skip
+
+
+# -- startup and memory (fresh processes) ---------------------------------------------------------------
+STARTUP = {
+    "plain": """
+        import time, torch
+        from torch import nn
+        net = nn.Linear(8, 2); opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        x = torch.randn(4, 8); loss = net(x).sum(); loss.backward(); opt.step()
+    """,
+    "fulmen": """
+        import time, torch, fulmen as pl
+        from torch import nn
+    """,
+    "Lightning": """
+        import time, torch, lightning.pytorch as pl
+        from torch import nn
+    """,
+}
+_FRAMEWORK_FIRST_STEP = """
+    class M(pl.LightningModule):
+        def __init__(self):
+            super().__init__(); self.net = nn.Linear(8, 2)
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).sum()
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+        def on_before_optimizer_step(self, optimizer):
+            print(time.time() - START); raise SystemExit(0)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4, 8)), batch_size=4)
+    pl.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, accelerator="cpu").fit(M(), data)
+"""
+
+
+def first_step_script(name: str) -> str:
+    body = textwrap.dedent(STARTUP[name])
+    if name == "plain":
+        body += "print(time.time() - START)\n"
+    else:
+        body += textwrap.dedent(_FRAMEWORK_FIRST_STEP)
+    # START: the process's own start time, so interpreter start-up counts too
+    prologue = "import os, time\nSTART = float(os.environ['BENCH_T0'])\n"
+    return prologue + body
+
+
+def python_seconds(code: str) -> float:
+    env = dict(os.environ, BENCH_T0=repr(time.time()), PYTHONWARNINGS="ignore")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def bench_startup(repeats: int, names: list[str]) -> None:
+    imports = {
+        "import torch": "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)",
+        "import fulmen": "import time; t = time.perf_counter(); import fulmen; print(time.perf_counter() - t)",
+    }
+    variants = {k: (lambda c=c: python_seconds(c)) for k, c in imports.items()}
+    variants.update({f"first step {n}": (lambda n=n: python_seconds(first_step_script(n))) for n in names})
+    medians = interleaved(variants, repeats)
+    row("startup", "import torch", f"{medians['import torch']:.2f} s")
+    extra = medians["import fulmen"] - medians["import torch"]
+    row("startup", "import fulmen (torch included)", f"{medians['import fulmen']:.2f} s", f"+{extra:.2f} s")
+    base = medians["first step plain"]
+    for name in names:
+        value = medians[f"first step {name}"]
+        versus = "" if name == "plain" else f"+{value - base:.2f} s"
+        target = "<= +0.30 s" if name == "fulmen" else ""
+        row("startup", f"process start -> first step, {name}", f"{value:.2f} s", versus, target)
+
+
+_MEMORY = """
+import sys, torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.set_num_threads(1)
+torch.manual_seed(0)
+data = DataLoader(TensorDataset(torch.randn(6400, 32), torch.randint(0, 10, (6400,))), batch_size=32)
+net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+if sys.argv[1] == "plain":
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    for x, y in data:
+        loss = nn.functional.cross_entropy(net(x), y); opt.zero_grad(); loss.backward(); opt.step()
+else:
+    pl = __import__(sys.argv[1], fromlist=["Trainer"])
+    class M(pl.LightningModule):
+        def __init__(self):
+            super().__init__(); self.net = net
+        def training_step(self, batch, batch_idx):
+            return nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+    pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, accelerator="cpu").fit(M(), data)
+# VmHWM: this address space's peak; ru_maxrss would carry over a larger parent's peak across fork/exec
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+print(int(status["VmHWM"].split()[0]) / 1024)  # MB
+"""
+
+
+def bench_memory(repeats: int, modules: dict[str, str]) -> None:
+    def peak(module: str) -> float:
+        out = subprocess.run([sys.executable, "-c", _MEMORY, module], capture_output=True, text=True, check=True,
+                             env=dict(os.environ, PYTHONWARNINGS="ignore"))  # fmt: skip
+        return float(out.stdout.strip().splitlines()[-1])
+
+    variants = {name: (lambda m=module: peak(m)) for name, module in modules.items()}
+    medians = interleaved(variants, repeats)
+    base = medians["plain"]
+    for name in modules:
+        versus = "" if name == "plain" else f"+{medians[name] - base:.1f} MB"
+        row(
+            "memory",
+            f"peak RSS, {name}",
+            f"{medians[name]:.0f} MB",
+            versus,
+            "<= +10 MB" if name == "fulmen" else "",
+        )
+
+
+# -- data loading and precision ---------------------------------------------------------------------------
+def bench_loader(repeats: int) -> None:
+    from sklearn.datasets import load_digits
+
+    from fulmen.utilities.data import InMemoryDataLoader
+
+    x, y = load_digits(return_X_y=True)
+    data = TensorDataset(torch.tensor(x, dtype=torch.float32), torch.tensor(y))
+
+    def epoch(loader: Any) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter()
+            for _ in loader:
+                pass
+            return time.perf_counter() - start
+
+        return run
+
+    variants = {
+        "DataLoader": epoch(DataLoader(data, batch_size=64, shuffle=True)),
+        "InMemoryDataLoader": epoch(InMemoryDataLoader(data, batch_size=64, shuffle=True, seed=0)),
+    }
+    medians = interleaved(variants, repeats * 4)
+    base = medians["DataLoader"]
+    row("loader", "digits epoch, DataLoader(TensorDataset)", f"{base * 1e3:.2f} ms")
+    speedup = base / medians["InMemoryDataLoader"]
+    row("loader", "digits epoch, InMemoryDataLoader", f"{medians['InMemoryDataLoader'] * 1e3:.2f} ms",
+        f"{speedup:.1f}x faster", ">= 5x")  # fmt: skip
+
+
+def bench_precision(repeats: int) -> None:
+    import fulmen
+
+    class ConvNet(fulmen.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Sequential(
+                nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
+                nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+            )  # fmt: skip
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(
+        torch.randn(40 * 32, 1, 28, 28, generator=g), torch.randint(0, 10, (40 * 32,), generator=g)
+    )
+
+    def run(precision: str) -> Callable[[], float]:
+        def once() -> float:
+            trainer = fulmen.Trainer(max_epochs=1, precision=precision, logger=False, enable_checkpointing=False,
+                                     enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+            start = time.perf_counter()
+            trainer.fit(ConvNet(), DataLoader(data, batch_size=32))
+            return (time.perf_counter() - start) / 40
+
+        return once
+
+    medians = interleaved({p: run(p) for p in ("32-true", "bf16-mixed")}, max(1, repeats // 2))
+    base = medians["32-true"]
+    for precision, value in medians.items():
+        versus = "" if precision == "32-true" else f"{value / base:.2f}x of 32-true"
+        row("precision", f"convnet step (CPU), {precision}", f"{value * 1e3:.1f} ms", versus)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="one repeat each: a smoke test, not a measurement"
+    )
+    args = parser.parse_args()
+    repeats = 1 if args.quick else 5
+    warnings.filterwarnings("ignore")
+    for name in ("lightning.pytorch", "lightning.fabric", "fulmen"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    have_lightning = importlib.util.find_spec("lightning") is not None
+    names = ["plain", "fulmen"] + (["Lightning"] if have_lightning else [])
+    modules = {"plain": "plain", "fulmen": "fulmen"} | (
+        {"Lightning": "lightning.pytorch"} if have_lightning else {}
+    )
+
+    bench_overhead(repeats)
+    bench_startup(repeats, names)
+    bench_memory(max(3, repeats // 2), modules)
+    bench_loader(repeats)
+    bench_precision(repeats)
+
+    header = ("group", "variant", "value", "vs. baseline", "target")
+    widths = [max(len(r[i]) for r in [header, *ROWS]) for i in range(5)]
+    print(f"\ntorch {torch.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, one thread")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in ROWS:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+
+
+if __name__ == "__main__":
+    main()
