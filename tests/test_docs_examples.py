@@ -30,3 +30,10 @@ def test_optimization_example_runs(capsys):
     # epoch 0: two windows of 4 batches, each ending with a step of both optimizers (global step 4);
     # epoch 1: factor 1 from step 4 on, 8 batches x 2 optimizers
     assert "1.x automatic: 20" in out
+
+
+def test_performance_example_runs(capsys):
+    _run_first_example("performance.md")
+    out = capsys.readouterr().out
+    final = float(out.rsplit("final loss", 1)[1].split()[0])
+    assert final < 0.05  # x**2 on [0, 1) is learned within the five epochs

@@ -6,7 +6,7 @@ The loops ask the strategy; they never branch on which strategy is in use.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -180,10 +180,20 @@ class Strategy:
         def index() -> int:
             return self.optimizer_index(optimizer)
 
-        hooks.call_callbacks_idx("on_before_optimizer_step", index, optimizer)
-        hooks.call_module_idx("on_before_optimizer_step", index, optimizer)
+        if not hooks.defaults_only("on_before_optimizer_step"):
+            hooks.call_callbacks_idx("on_before_optimizer_step", index, optimizer)
+            hooks.call_module_idx("on_before_optimizer_step", index, optimizer)
         module = self._lightning_module
-        if module is not None and module.automatic_optimization:
+        if module is None or not module.automatic_optimization:
+            return
+        if hooks.defaults_only("configure_gradient_clipping"):
+            # the default hook, inline: the Trainer validated the clipping flags once
+            clip_val = trainer.gradient_clip_val
+            if clip_val:
+                self.precision_plugin.clip_gradients(
+                    optimizer, clip_val, trainer.gradient_clip_algorithm or "norm"
+                )
+        else:
             hooks.call_module_idx(
                 "configure_gradient_clipping",
                 index,
@@ -219,14 +229,16 @@ class Strategy:
     def sync_metric(self, tensor: Tensor, reduce_op: str) -> Tensor:
         return tensor
 
-    @contextlib.contextmanager
-    def block_backward_sync(self) -> Generator[None, None, None]:
+    def block_backward_sync(self) -> contextlib.AbstractContextManager[Any]:
         """Skip gradient synchronisation inside this block (a no-op with one process)."""
-        yield
+        return _NO_SYNC_TO_BLOCK
 
     def state_dict(self) -> dict[str, Any]:
         module = self._lightning_module
         return module.state_dict() if module is not None else {}
+
+
+_NO_SYNC_TO_BLOCK = contextlib.nullcontext()
 
 
 class SingleDeviceStrategy(Strategy):
