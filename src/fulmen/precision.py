@@ -56,6 +56,7 @@ class Precision:
     """Full precision ('32-true'): plain forward and backward."""
 
     name = "32-true"
+    converts_input = False  # whether convert_input changes batches (the strategy skips the call if not)
 
     @property
     def precision(self) -> str:
@@ -127,6 +128,7 @@ class DoublePrecision(Precision):
 
     name = "64-true"
     dtype = torch.float64
+    converts_input = True
 
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         return module.to(dtype=self.dtype)

@@ -115,7 +115,8 @@ class Strategy:
         else:
             batch = move_data_to_device(batch, device)
         # '-true' precisions: floating inputs in the weights' dtype, before on_*_batch_start sees the batch
-        return self.precision_plugin.convert_input(batch)
+        precision = self.precision_plugin
+        return precision.convert_input(batch) if precision.converts_input else batch
 
     # -- steps -----------------------------------------------------------------------------------------
     def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -235,7 +235,8 @@ class HookDispatcher:
 
     # -- composite: the batch-transfer hooks (data module's override wins, as in Lightning) ---------------
     def transfer_batch(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
-        if self._transfer_is_default():
+        default = self._default_cache.get(_TRANSFER_HOOKS)  # per batch: no call unless it is not known yet
+        if default or (default is None and self._transfer_is_default()):
             return move_data_to_device(batch, device)
         for name, args in (
             ("on_before_batch_transfer", (dataloader_idx,)),
