@@ -56,7 +56,6 @@ class Precision:
     """Full precision ('32-true'): plain forward and backward."""
 
     name = "32-true"
-    converts_input = False  # whether convert_input changes batches (the strategy skips the call if not)
 
     @property
     def precision(self) -> str:
@@ -86,7 +85,8 @@ class Precision:
         **kwargs: Any,
     ) -> Any:
         """Step ``optimizer``; ``after_closure`` (hooks, clipping) runs between backward and the step."""
-        if _closure_runs_first(optimizer):
+        first = _CLOSURE_FIRST.get(type(optimizer))
+        if first or (first is None and _closure_runs_first(optimizer)):
             # what optimizer.step(closure) would do, without its closure plumbing (grad mode switches
             # and a frame per call: about 2% of a small model's step)
             result = closure()
@@ -128,7 +128,6 @@ class DoublePrecision(Precision):
 
     name = "64-true"
     dtype = torch.float64
-    converts_input = True
 
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         return module.to(dtype=self.dtype)

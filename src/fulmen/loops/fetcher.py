@@ -155,7 +155,7 @@ class PrefetchIterator:
     def __next__(self) -> tuple[Any, bool]:
         """The next batch and whether it is the last one."""
         if self._lazy:
-            if self.done:
+            if self._iter is None or self.fetched >= self._total:  # self.done, without a frame per batch
                 raise StopIteration
             batch = next(self._iter)  # type: ignore[arg-type]
             self.fetched += 1

@@ -41,14 +41,14 @@ class TrainingEpochLoop:
         trainer = self.trainer
         return trainer._progress.batch_idx == trainer.num_training_batches or self._is_last_batch
 
-    def _max_steps_reached(self) -> bool:
-        max_steps = self.trainer.max_steps
-        return max_steps != -1 and self.trainer._progress.global_step >= max_steps
-
     def done(self) -> bool:
-        if self._max_steps_reached() or self.num_ready_batches_reached():
-            return True
         trainer = self.trainer
+        progress = trainer._progress
+        max_steps = trainer._loop_config.max_steps
+        if max_steps != -1 and progress.global_step >= max_steps:
+            return True
+        if progress.batch_idx == trainer.num_training_batches or self._is_last_batch:  # all batches ran
+            return True
         if trainer.should_stop:
             if trainer.fit_loop.can_stop_early:
                 return True
@@ -95,9 +95,12 @@ class TrainingEpochLoop:
         self.window_done = True
         self.window_pos = 0
         self.outputs = []
+
+    def plan(self) -> None:
+        """Read once per epoch (fresh or resumed): with no batch-start/end hook anywhere the hot loop skips
+        their dispatch, and default step hooks run inline."""
         hooks = self.trainer._hooks
         self._collect_outputs = hooks.module_overrides("training_epoch_end")
-        # read once per epoch: with no batch-start/end hook anywhere the hot loop skips the dispatch
         self._batch_hooks = not hooks.defaults_only("on_train_batch_start", "on_train_batch_end")
         self.automatic.plan()
 
@@ -109,6 +112,7 @@ class TrainingEpochLoop:
         trainer = self.trainer
         progress = trainer._progress
         fit = trainer.fit_loop
+        self.plan()
         if not resumed:
             self.reset_epoch()
         elif finish_batch is not None:
@@ -165,8 +169,9 @@ class TrainingEpochLoop:
         if self._batch_hooks:
             hooks.call_callbacks("on_train_batch_end", outputs, batch, batch_idx)
             hooks.call_module("on_train_batch_end", outputs, batch, batch_idx)
-        if not (accumulate and module.automatic_optimization):
-            trainer._metrics.on_train_step_end(trainer.fit_loop.results)
+        results = fit.results
+        if results.items and not (accumulate and module.automatic_optimization):
+            trainer._metrics.on_train_step_end(results)
         return None
 
     def on_advance_end(self, run_validation: bool | None = None) -> None:
@@ -198,7 +203,7 @@ class TrainingEpochLoop:
     def _should_check_val(self) -> bool:
         trainer = self.trainer
         every = trainer._loop_config.check_val_every_n_epoch
-        if every is not None and (trainer.current_epoch + 1) % every != 0:
+        if every is not None and (trainer._progress.current_epoch + 1) % every != 0:
             return False
         val_check_batch = trainer.val_check_batch
         if (self._is_last_batch and val_check_batch == math.inf) or (

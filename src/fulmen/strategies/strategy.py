@@ -116,7 +116,12 @@ class Strategy:
             batch = move_data_to_device(batch, device)
         # '-true' precisions: floating inputs in the weights' dtype, before on_*_batch_start sees the batch
         precision = self.precision_plugin
-        return precision.convert_input(batch) if precision.converts_input else batch
+        # the base class keeps inputs as they are: skip the call (a subclass that overrides it is called)
+        return (
+            batch
+            if type(precision).convert_input is Precision.convert_input
+            else precision.convert_input(batch)
+        )
 
     # -- steps -----------------------------------------------------------------------------------------
     def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -126,7 +131,10 @@ class Strategy:
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         assert self._trainer is not None
-        with self.precision_plugin.forward_context():  # _step, inlined: this one runs every batch
+        precision = self.precision_plugin
+        if type(precision).forward_context is Precision.forward_context:  # nothing to enter, every batch
+            return self._trainer._hooks.call_module("training_step", *args, **kwargs)
+        with precision.forward_context():
             return self._trainer._hooks.call_module("training_step", *args, **kwargs)
 
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:

@@ -202,7 +202,9 @@ class HookDispatcher:
         return fn
 
     def call_module(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        fn = self._module_fn(name)
+        fn = self._module_cache.get(name, _UNKNOWN)
+        if fn is _UNKNOWN:
+            fn = self._module_fn(name)
         if fn is None:
             return None
         state = self.trainer.lightning_module.__dict__  # see call_callbacks: no nn.Module.__setattr__
@@ -257,6 +259,8 @@ class HookDispatcher:
             )
         return cached
 
+
+_UNKNOWN: Any = object()  # not looked up yet (None means: no such hook, or a default no-op)
 
 _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 

@@ -1,0 +1,46 @@
+"""The epoch loop's per-epoch plan (which hooks it may skip or run inline) follows the module it runs."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import fulmen
+from fulmen.callbacks import ModelCheckpoint
+
+
+class Plain(fulmen.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.net(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class WithHooks(Plain):
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self.calls.append(f"start {batch_idx}")
+
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+        self.calls.append(f"zero_grad {batch_idx}")
+        optimizer.zero_grad()
+
+
+def test_a_reused_trainer_resuming_mid_epoch_calls_the_new_modules_hooks(tmp_path):
+    data = DataLoader(TensorDataset(torch.randn(12, 2)), batch_size=2)
+    every_2 = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    trainer = fulmen.Trainer(max_epochs=1, callbacks=[every_2], logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(Plain(), data)  # no hooks: the plan skips the batch-start dispatch, zero_grad runs inline
+    model = WithHooks()
+    trainer.fit(model, data, ckpt_path=tmp_path / "epoch=0-step=2.ckpt")  # resumes inside epoch 0
+    assert model.calls == [f"{hook} {i}" for i in range(2, 6) for hook in ("start", "zero_grad")]
