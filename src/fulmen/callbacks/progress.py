@@ -42,6 +42,7 @@ class TQDMProgressBar(ProgressBar):
     """A tqdm bar per training epoch, plus one for validation / test / predict runs."""
 
     _MIN_METRICS_INTERVAL = 0.1  # seconds between metric reads: each read is a host-device sync
+    _MIN_DRAW_INTERVAL = 0.1  # seconds between redraws
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
         super().__init__()
@@ -54,6 +55,7 @@ class TQDMProgressBar(ProgressBar):
         self.train_progress_bar: Any = None
         self.val_progress_bar: Any = None
         self._last_metrics_time = 0.0
+        self._last_draw_time = 0.0
 
     @property
     def refresh_rate(self) -> int:
@@ -112,16 +114,18 @@ class TQDMProgressBar(ProgressBar):
     def _update(self, bar: Any, n: int, total: int | float | None) -> bool:
         if bar is None or self.is_disabled:
             return False
-        if total is not None and n == total:  # the last batch: always drawn
-            bar.n = n
-            bar.refresh()
-            return True
-        if n % self._refresh_rate == 0:
-            # update() lets tqdm redraw at most every mininterval (0.1 s): a redraw per batch would cost
-            # more than the framework's whole step on a fast loop
-            bar.update(n - bar.n)
-            return True
-        return False
+        last = total is not None and n == total  # the last batch: always drawn
+        if not last and n % self._refresh_rate:
+            return False
+        # at most _MIN_DRAW_INTERVAL between redraws: drawing every batch would cost more than the
+        # framework's whole step on a fast loop (tqdm.update() would also limit, but costs more to ask)
+        now = time.monotonic()
+        if not last and now - self._last_draw_time < self._MIN_DRAW_INTERVAL:
+            return False
+        self._last_draw_time = now
+        bar.n = n
+        bar.refresh()
+        return True
 
     # -- training -----------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
