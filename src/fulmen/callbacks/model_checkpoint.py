@@ -147,6 +147,8 @@ class ModelCheckpoint(Checkpoint):
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if self._every_n_train_steps < 1 and self._train_time_interval is None:
+            return  # saves at epoch or validation ends only: nothing to decide per batch
         if self._skip(trainer):
             return
         skip_batch = self._every_n_train_steps < 1 or trainer.global_step % self._every_n_train_steps != 0
