@@ -26,7 +26,6 @@ _SUBMODULES = frozenset(
         "precision",
         "strategies",
         "trainer",
-        "tuner",
         "utilities",
     }
 )

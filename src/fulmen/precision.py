@@ -7,6 +7,7 @@ branch on the precision flag.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -184,9 +185,10 @@ class MixedPrecision(Precision):
             scaler = torch.amp.GradScaler("cuda")
         self.scaler = scaler
         self._unscaled: set[int] = set()
-        self._stepped: set[int] = set()  # optimizers whose step ran, filled by a step post-hook
-        self._skipped: set[int] = set()  # optimizers whose last step the scaler skipped
-        self._step_hooks: dict[int, Any] = {}
+        # keyed by the optimizers themselves, weakly: an id() could be reused by a later run's optimizer
+        self._stepped: weakref.WeakSet[Optimizer] = weakref.WeakSet()  # whose step ran (a post-hook adds)
+        self._skipped: weakref.WeakSet[Optimizer] = weakref.WeakSet()  # whose last step the scaler skipped
+        self._step_hooks: weakref.WeakKeyDictionary[Optimizer, Any] = weakref.WeakKeyDictionary()
 
     @property
     def device_type(self) -> str:
@@ -226,22 +228,22 @@ class MixedPrecision(Precision):
         self._unscaled.discard(id(optimizer))
         if result is None and getattr(closure, "skip_step_without_loss", False):
             return None  # automatic optimization and training_step returned None: nothing to step
-        key = id(optimizer)
-        if key not in self._step_hooks:  # tells whether the scaler let optimizer.step run, without a sync
-            self._step_hooks[key] = optimizer.register_step_post_hook(
-                lambda opt, args, kwargs: self._stepped.add(id(opt))
+        if optimizer not in self._step_hooks:  # tells whether the scaler let the step run, without a sync
+            stepped = self._stepped
+            self._step_hooks[optimizer] = optimizer.register_step_post_hook(
+                lambda opt, args, kwargs: stepped.add(opt)
             )
-        self._stepped.discard(key)
+        self._stepped.discard(optimizer)
         step_output = self.scaler.step(optimizer, **kwargs)
         self.scaler.update()
-        if key in self._stepped:
-            self._skipped.discard(key)
+        if optimizer in self._stepped:
+            self._skipped.discard(optimizer)
         else:
-            self._skipped.add(key)
+            self._skipped.add(optimizer)
         return step_output
 
     def step_was_skipped(self, optimizer: Optimizer) -> bool:
-        return id(optimizer) in self._skipped
+        return optimizer in self._skipped
 
     def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str) -> None:
         self.unscale_gradients(optimizer)
