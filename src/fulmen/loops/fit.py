@@ -291,6 +291,7 @@ class FitLoop:
             if callable(getattr(smp, "set_epoch", None)):
                 smp.set_epoch(epoch)  # shuffling samplers draw a new order per epoch
         self.results.reset()
+        self.results.sync = trainer.strategy.sync_metric  # sync_dist=True reduces across processes
         trainer._results = self.results
         trainer._metrics.epoch_end = False
         trainer._progress.batch_idx = 0

@@ -1,3 +1,4 @@
+from fulmen.strategies.ddp import DDPStrategy
 from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
 
-__all__ = ["SingleDeviceStrategy", "Strategy"]
+__all__ = ["DDPStrategy", "SingleDeviceStrategy", "Strategy"]

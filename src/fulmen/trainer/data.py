@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.utilities.combined_loader import CombinedLoader
-from fulmen.utilities.data import has_len, parse_num_batches
+from fulmen.utilities.data import has_len, is_iterable_dataset, parse_num_batches
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import WarningCache
 
@@ -77,6 +77,8 @@ class TrainerData:
             )
         if isinstance(loader, (list, tuple, Mapping)):
             loader = CombinedLoader(loader, mode="max_size_cycle")
+        else:
+            loader = self._distributed(loader, "train")
         self._check_workers(loader, "train")
         return loader
 
@@ -92,6 +94,7 @@ class TrainerData:
             loaders = list(loader)
         else:
             loaders = [loader]
+        loaders = [self._distributed(dl, stage) for dl in loaders]
         cfg = self.trainer._loop_config
         limit = {
             "val": cfg.limit_val_batches,
@@ -131,6 +134,35 @@ class TrainerData:
             self.val_dataloaders, self.val_num_batches = self.request_eval_dataloaders("val")
             self._val_loaded_epoch = epoch
         return self.val_dataloaders, self.val_num_batches
+
+    def _distributed(self, loader: Any, stage: str) -> Any:
+        """Under several processes, a DataLoader gets a DistributedSampler (each process its share; the
+        training loader keeps its shuffling, and the fit loop calls ``set_epoch``). Opt out with
+        ``Trainer(use_distributed_sampler=False)``."""
+        trainer = self.trainer
+        if trainer.strategy.world_size <= 1 or not trainer.use_distributed_sampler:
+            return loader
+        from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+
+        if type(loader) is not DataLoader or is_iterable_dataset(loader) or loader.batch_sampler is None:
+            return loader  # an iterable, a custom loader or batch sampler: the user shards it
+        if isinstance(loader.sampler, DistributedSampler):
+            return loader
+        shuffle = stage == "train" and isinstance(loader.sampler, RandomSampler)
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        sampler: DistributedSampler[Any] = DistributedSampler(
+            loader.dataset, num_replicas=trainer.strategy.world_size, rank=trainer.strategy.global_rank,
+            shuffle=shuffle, seed=seed, drop_last=loader.drop_last,
+        )  # fmt: skip
+        workers = loader.num_workers
+        return DataLoader(
+            loader.dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=workers,
+            collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
+            timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+            multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
+            prefetch_factor=loader.prefetch_factor if workers > 0 else None,
+            persistent_workers=loader.persistent_workers if workers > 0 else False,
+        )  # fmt: skip
 
     def _check_workers(self, loader: Any, stage: str) -> None:
         """Seed 001's data-loading advice, as warnings (each once): workers, pinned memory, persistence."""

@@ -201,10 +201,14 @@ class Trainer:
     def _select_strategy(self, strategy: str | Strategy) -> Strategy:
         device = self._devices[0]
         precision_plugin = self._precision_plugin or select_precision(self._precision_flag, device.type)
+        from fulmen.strategies.ddp import DDPStrategy, launched_by_torchrun
+
         if isinstance(strategy, Strategy):
             strategy.accelerator = strategy.accelerator or self.accelerator
             if type(strategy.precision_plugin) is Precision:  # left at the default: use the Trainer's
                 strategy.precision_plugin = precision_plugin
+            if isinstance(strategy, DDPStrategy):
+                self._check_ddp_launch(strategy, launched_by_torchrun())
             return strategy
         if not isinstance(strategy, str) or strategy.lower() not in _STRATEGIES + (
             "ddp",
@@ -217,7 +221,19 @@ class Trainer:
             raise MisconfigurationException(
                 f"strategy={strategy!r} is not supported. Use 'auto' or 'single_device' (or a Strategy instance)."
             )
-        if strategy.lower() not in _STRATEGIES or len(self._devices) * self.num_nodes > 1:
+        name = strategy.lower()
+        processes = len(self._devices) * self.num_nodes
+        ddp_names = ("ddp", "ddp_find_unused_parameters_true")
+        wants_ddp = name in ddp_names or (name == "auto" and processes > 1)
+        if wants_ddp and (processes > 1 or launched_by_torchrun()):
+            ddp = DDPStrategy(
+                accelerator=self.accelerator, precision_plugin=precision_plugin,
+                find_unused_parameters=name == "ddp_find_unused_parameters_true",
+            )  # fmt: skip
+            self._check_ddp_launch(ddp, launched_by_torchrun())
+            return ddp
+        # strategy='ddp' on one device outside a launcher trains exactly like one process: no group needed
+        if (name not in _STRATEGIES and name not in ddp_names) or processes > 1:
             raise MisconfigurationException(
                 f"strategy={strategy!r} with devices={len(self._devices)} and num_nodes={self.num_nodes} needs "
                 "multi-process training, which this version of fulmen does not run yet. Use devices=1, num_nodes=1."
@@ -225,6 +241,15 @@ class Trainer:
         return SingleDeviceStrategy(
             device=device, accelerator=self.accelerator, precision_plugin=precision_plugin
         )
+
+    def _check_ddp_launch(self, strategy: Any, launched: bool) -> None:
+        if not launched:
+            raise MisconfigurationException(
+                f"strategy='ddp' with devices={len(self._devices)} and num_nodes={self.num_nodes}: this version of "
+                "fulmen runs DDP in processes a launcher started. Run the script with torchrun, e.g. "
+                f"`torchrun --nproc_per_node={len(self._devices)} train.py` (fulmen's own launcher comes later)."
+            )
+        strategy.check_launch(len(self._devices), self.num_nodes)
 
     # -- properties users read ------------------------------------------------------------------------------
     @property

@@ -1,0 +1,202 @@
+"""DistributedDataParallel on ``torch.distributed``: one process per device, gloo on CPUs, NCCL on GPUs.
+
+This version runs where a launcher already started the processes and set the environment (``torchrun``:
+``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``). The module's
+``training_step`` runs through DDP's forward (wrapped in :class:`_StepModule`), which is what lets DDP
+reduce the gradients in backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+from fulmen.accelerators import Accelerator
+from fulmen.precision import Precision
+from fulmen.strategies.strategy import Strategy
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_only
+
+if TYPE_CHECKING:
+    from fulmen.trainer.trainer import Trainer
+
+_LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+def launched_by_torchrun() -> bool:
+    """Whether a launcher set the rank variables of this process (torchrun, or anything that mimics it)."""
+    return all(key in os.environ for key in _LAUNCHER_VARIABLES)
+
+
+class _StepModule(nn.Module):
+    """What DDP wraps: its forward is the LightningModule's training_step, so each step goes through DDP."""
+
+    def __init__(self, module: nn.Module, strategy: DDPStrategy) -> None:
+        super().__init__()
+        self.module = module
+        self._strategy = [strategy]  # a list: not registered as a submodule
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        trainer = self._strategy[0]._trainer
+        assert trainer is not None
+        return trainer._hooks.call_module("training_step", *args, **kwargs)
+
+
+class DDPStrategy(Strategy):
+    """``strategy="ddp"``: the model replicated per process, gradients averaged in backward.
+
+    ``find_unused_parameters``, ``static_graph``, ``gradient_as_bucket_view`` and any further keyword go to
+    ``DistributedDataParallel``; ``process_group_backend`` defaults to NCCL on CUDA and gloo elsewhere.
+    """
+
+    strategy_name = "ddp"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        precision_plugin: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta = timedelta(minutes=30),
+        find_unused_parameters: bool = False,
+        static_graph: bool = False,
+        gradient_as_bucket_view: bool = False,
+        **ddp_kwargs: Any,
+    ) -> None:
+        super().__init__(accelerator=accelerator, precision_plugin=precision_plugin)
+        self.process_group_backend = process_group_backend
+        self.timeout = timeout
+        self._ddp_kwargs: dict[str, Any] = {
+            "find_unused_parameters": find_unused_parameters,
+            "static_graph": static_graph,
+            "gradient_as_bucket_view": gradient_as_bucket_view,
+            **ddp_kwargs,
+        }
+        self.num_nodes = 1
+
+    # -- ranks (from the launcher's environment) ---------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return int(os.environ.get("WORLD_SIZE", 1))
+
+    @property
+    def global_rank(self) -> int:
+        return int(os.environ.get("RANK", 0))
+
+    @property
+    def local_rank(self) -> int:
+        return int(os.environ.get("LOCAL_RANK", 0))
+
+    @property
+    def node_rank(self) -> int:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
+        return int(os.environ.get("GROUP_RANK", self.global_rank // max(1, local_world)))
+
+    # -- set-up -------------------------------------------------------------------------------------------
+    def check_launch(self, devices: int, num_nodes: int) -> None:
+        """The Trainer's ``devices`` x ``num_nodes`` must be what the launcher started."""
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", devices))
+        if local_world != devices or devices * num_nodes != self.world_size:
+            raise MisconfigurationException(
+                f"Trainer(devices={devices}, num_nodes={num_nodes}) asks for {devices * num_nodes} processes, but "
+                f"the launcher started WORLD_SIZE={self.world_size} with LOCAL_WORLD_SIZE={local_world} per node. "
+                "Make them agree, e.g. torchrun --nproc_per_node=<devices> --nnodes=<num_nodes>."
+            )
+        self.num_nodes = num_nodes
+
+    def setup_environment(self) -> None:
+        accelerator_name = getattr(self.accelerator, "name", "cpu")
+        if accelerator_name == "cuda":
+            self._root_device = torch.device("cuda", self.local_rank)
+            torch.cuda.set_device(self._root_device)
+        else:
+            self._root_device = torch.device("cpu")
+        backend = self.process_group_backend or ("nccl" if accelerator_name == "cuda" else "gloo")
+        if not dist.is_initialized():
+            dist.init_process_group(
+                backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout
+            )
+        rank_zero_only.rank = self.global_rank  # type: ignore[attr-defined]
+        super().setup_environment()
+
+    def setup(self, trainer: Trainer) -> None:
+        super().setup(trainer)
+        module = self._lightning_module
+        assert module is not None
+        device_ids = [self._root_device.index] if self._root_device.type == "cuda" else None
+        self._model = DistributedDataParallel(
+            _StepModule(module, self), device_ids=device_ids, **self._ddp_kwargs
+        )
+
+    def teardown(self) -> None:
+        self._model = self._lightning_module
+        super().teardown()
+
+    # -- steps ------------------------------------------------------------------------------------------
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        model = self._model
+        if not isinstance(model, DistributedDataParallel):  # before setup, or after teardown
+            return super().training_step(*args, **kwargs)
+        with self.precision_plugin.forward_context():
+            return model(*args, **kwargs)
+
+    def block_backward_sync(self) -> contextlib.AbstractContextManager[Any]:
+        """DDP's ``no_sync``: batches that only accumulate keep their gradients local."""
+        model = self._model
+        if isinstance(model, DistributedDataParallel):
+            return model.no_sync()
+        return contextlib.nullcontext()
+
+    # -- collectives ------------------------------------------------------------------------------------
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: str | None = "mean") -> Any:
+        if not isinstance(tensor, Tensor) or not dist.is_initialized():
+            return tensor
+        op = (reduce_op or "mean").lower()
+        if op not in ("mean", "avg", "sum", "max", "min"):
+            raise ValueError(f"reduce_op={reduce_op!r}: use 'mean', 'sum', 'max' or 'min'.")
+        result = tensor.detach().clone().float() if op in ("mean", "avg") else tensor.detach().clone()
+        torch_op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(op, dist.ReduceOp.SUM)
+        dist.all_reduce(result, op=torch_op, group=group)
+        if op in ("mean", "avg"):
+            result = (result / dist.get_world_size(group)).to(tensor.dtype)
+        return result
+
+    def sync_metric(self, tensor: Tensor, reduce_op: str) -> Tensor:
+        return self.reduce(tensor, reduce_op=reduce_op)  # type: ignore[no-any-return]
+
+    def barrier(self, name: str | None = None) -> None:
+        if dist.is_initialized():
+            dist.barrier()
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if not dist.is_initialized():
+            return obj
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=src)
+        return holder[0]
+
+    def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor:
+        if not dist.is_initialized():
+            return tensor
+        world = dist.get_world_size(group)
+        if sync_grads:
+            import torch.distributed.nn.functional as dist_fn
+
+            return torch.stack(dist_fn.all_gather(tensor.contiguous(), group=group or dist.group.WORLD))
+        gathered = [torch.empty_like(tensor) for _ in range(world)]
+        dist.all_gather(gathered, tensor.contiguous(), group=group)
+        return torch.stack(gathered)
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        if not dist.is_initialized():
+            return decision
+        votes = torch.tensor(int(bool(decision)), device=self._root_device)
+        dist.all_reduce(votes, op=dist.ReduceOp.SUM)
+        count = int(votes.item())
+        return count == self.world_size if all else count > 0

@@ -1,0 +1,35 @@
+"""The module and data of the DDP tests, shared by the torchrun script and the single-process reference."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import fulmen
+
+CASES = {"plain": {}, "accumulate": {"accumulate_grad_batches": 2}}
+
+
+class Model(fulmen.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+        self.samples = 0
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.samples += len(x)
+        loss = nn.functional.cross_entropy(self.net(x), y)
+        self.log("loss", loss, on_step=True, on_epoch=True, sync_dist=True)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.3, momentum=0.9)
+
+
+def loader(batch_size: int) -> DataLoader:
+    g = torch.Generator().manual_seed(5)
+    data = TensorDataset(torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g))
+    return DataLoader(data, batch_size=batch_size)

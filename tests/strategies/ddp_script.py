@@ -1,0 +1,51 @@
+"""Trains the test module under DDP; run by tests/strategies/test_ddp.py through torchrun (2 processes, gloo).
+
+Usage: ``torchrun --nproc_per_node=2 ddp_script.py OUTDIR``. Each rank writes OUTDIR/rank<R>.pt with its
+final weights, the logged epoch values it sees and the number of samples it trained on, for each case.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import fulmen
+from tests.strategies.ddp_model import CASES, Model, loader
+
+
+def main(outdir: str) -> None:
+    from fulmen.strategies.ddp import DDPStrategy
+
+    blocked = []
+    original = DDPStrategy.block_backward_sync
+
+    def counting(self):
+        blocked.append(1)
+        return original(self)
+
+    DDPStrategy.block_backward_sync = counting  # how often gradient sync was held back (no_sync)
+    results = {}
+    for case, trainer_kwargs in CASES.items():
+        blocked.clear()
+        model = Model()
+        trainer = fulmen.Trainer(
+            accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, **trainer_kwargs,
+        )  # fmt: skip
+        trainer.fit(model, loader(batch_size=4))
+        results[case] = {
+            "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            "loss_epoch": float(trainer.callback_metrics["loss_epoch"]),
+            "samples": model.samples,
+            "global_step": trainer.global_step,
+            "world_size": trainer.world_size,
+            "strategy": type(trainer.strategy).__name__,
+            "no_sync_batches": len(blocked),
+        }
+    rank = torch.distributed.get_rank()
+    torch.save(results, f"{outdir}/rank{rank}.pt")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

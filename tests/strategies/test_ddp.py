@@ -1,0 +1,80 @@
+"""DDP on CPU with gloo, two processes started by torchrun: the same training as one process on the
+global batch (DistributedSampler shares, gradients averaged in backward, no_sync while accumulating,
+sync_dist logging)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import fulmen
+from tests.strategies.ddp_model import CASES, Model, loader
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ddp_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+           f"--master_port={_free_port()}", str(ROOT / "tests" / "strategies" / "ddp_script.py"), str(out)]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_processes_train_like_one_on_the_global_batch(ddp_results, case):
+    single = Model()
+    trainer = fulmen.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, **CASES[case])  # fmt: skip
+    trainer.fit(single, loader(batch_size=8))
+    for rank in (0, 1):
+        result = ddp_results[rank][case]
+        assert result["strategy"] == "DDPStrategy" and result["world_size"] == 2
+        assert result["samples"] == 64  # half of the 64 samples per epoch, for two epochs
+        assert result["global_step"] == trainer.global_step
+        # accumulating batches keep gradients local: 4 of the 8 batches per epoch, two epochs
+        assert result["no_sync_batches"] == (8 if case == "accumulate" else 0)
+        for name, value in single.state_dict().items():
+            torch.testing.assert_close(result["weights"][name], value, rtol=0, atol=1e-6, msg=name)
+        # sync_dist: every rank reports the global epoch mean, the one process's mean
+        assert result["loss_epoch"] == pytest.approx(float(trainer.callback_metrics["loss_epoch"]), abs=1e-6)
+
+
+def test_launch_checks(monkeypatch):
+    from fulmen.strategies.ddp import DDPStrategy
+    from fulmen.utilities.exceptions import MisconfigurationException
+
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(MisconfigurationException, match="torchrun --nproc_per_node=2"):
+        fulmen.Trainer(accelerator="cpu", devices=2, logger=False)
+    single = fulmen.Trainer(accelerator="cpu", devices=1, strategy="ddp", logger=False)
+    assert type(single.strategy).__name__ == "SingleDeviceStrategy"  # one process needs no group
+
+    for key, value in {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(MisconfigurationException, match="WORLD_SIZE=4"):
+        fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
+    trainer = fulmen.Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", logger=False)
+    assert isinstance(trainer.strategy, DDPStrategy)
+    assert (trainer.world_size, trainer.global_rank, trainer.local_rank, trainer.node_rank) == (4, 3, 1, 1)
+    assert not trainer.is_global_zero
+    custom = fulmen.Trainer(accelerator="cpu", devices=2, num_nodes=2, logger=False,
+                            strategy=DDPStrategy(find_unused_parameters=True, static_graph=False))  # fmt: skip
+    assert custom.strategy._ddp_kwargs["find_unused_parameters"] is True
