@@ -43,6 +43,22 @@ def main(outdir: str) -> None:
             "strategy": type(trainer.strategy).__name__,
             "no_sync_batches": len(blocked),
         }
+    # checkpoint + resume: rank 0 writes the mid-epoch checkpoints, every rank resumes from one
+    every_5 = fulmen.callbacks.ModelCheckpoint(dirpath=f"{outdir}/ckpt", every_n_train_steps=5, save_top_k=-1)
+    fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False, callbacks=[every_5],
+                   enable_progress_bar=False, enable_model_summary=False).fit(Model(), loader(batch_size=4))  # fmt: skip
+    resumed = Model()
+    trainer = fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(resumed, loader(batch_size=4), ckpt_path=f"{outdir}/ckpt/epoch=0-step=5.ckpt")
+    results["resumed"] = {"weights": resumed.state_dict(), "global_step": trainer.global_step}
+    manual = Model()
+    manual.automatic_optimization = False
+    try:
+        fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, logger=False,
+                       enable_checkpointing=False, enable_progress_bar=False).fit(manual, loader(batch_size=4))  # fmt: skip
+    except fulmen.utilities.exceptions.MisconfigurationException as err:
+        results["manual_refused"] = str(err)
     rank = torch.distributed.get_rank()
     torch.save(results, f"{outdir}/rank{rank}.pt")
 

@@ -56,6 +56,23 @@ def test_two_processes_train_like_one_on_the_global_batch(ddp_results, case):
         assert result["loss_epoch"] == pytest.approx(float(trainer.callback_metrics["loss_epoch"]), abs=1e-6)
 
 
+@pytest.mark.slow
+def test_checkpoint_and_resume_under_ddp(ddp_results):
+    """Checkpoints written once (rank 0) mid-epoch, loaded by both ranks: the resumed run ends where the
+    uninterrupted one did."""
+    for rank in (0, 1):
+        resumed, full = ddp_results[rank]["resumed"], ddp_results[rank]["plain"]
+        assert resumed["global_step"] == full["global_step"] == 16
+        for name, value in full["weights"].items():
+            torch.testing.assert_close(resumed["weights"][name], value, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+def test_manual_optimization_is_refused_for_now(ddp_results):
+    for rank in (0, 1):
+        assert "Manual optimization under strategy='ddp'" in ddp_results[rank]["manual_refused"]
+
+
 def test_launch_checks(monkeypatch):
     from fulmen.strategies.ddp import DDPStrategy
     from fulmen.utilities.exceptions import MisconfigurationException

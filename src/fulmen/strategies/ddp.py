@@ -126,9 +126,16 @@ class DDPStrategy(Strategy):
         super().setup_environment()
 
     def setup(self, trainer: Trainer) -> None:
-        super().setup(trainer)
         module = self._lightning_module
         assert module is not None
+        if not module.automatic_optimization:
+            # manual_backward runs inside DDP's forward here (training_step is that forward), before DDP
+            # has prepared its gradient reduction: gradients would not be averaged
+            raise MisconfigurationException(
+                "Manual optimization under strategy='ddp' is not supported by this version of fulmen yet. Use "
+                "automatic optimization, or train on one device (strategy='auto', devices=1)."
+            )
+        super().setup(trainer)
         device_ids = [self._root_device.index] if self._root_device.type == "cuda" else None
         self._model = DistributedDataParallel(
             _StepModule(module, self), device_ids=device_ids, **self._ddp_kwargs
