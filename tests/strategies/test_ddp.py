@@ -25,12 +25,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def ddp_results(tmp_path_factory):
+@pytest.fixture(scope="module", params=["torchrun", "fulmen"])
+def ddp_results(tmp_path_factory, request):
+    """The script's results on both ranks; started by torchrun, or as a plain script that fulmen's own
+    launcher (Trainer(strategy="ddp", devices=2) outside a launcher) starts again for rank 1."""
     out = tmp_path_factory.mktemp("ddp")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", str(ROOT / "tests" / "strategies" / "ddp_script.py"), str(out)]  # fmt: skip
+    script = str(ROOT / "tests" / "strategies" / "ddp_script.py")
+    if request.param == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+               f"--master_port={_free_port()}", script, str(out)]  # fmt: skip
+    else:
+        cmd = [sys.executable, script, str(out)]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
@@ -74,13 +82,17 @@ def test_manual_optimization_is_refused_for_now(ddp_results):
 
 
 def test_launch_checks(monkeypatch):
-    from fulmen.strategies.ddp import DDPStrategy
+    from fulmen.strategies.ddp import DDPStrategy, launch_local_ranks
     from fulmen.utilities.exceptions import MisconfigurationException
 
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
         monkeypatch.delenv(key, raising=False)
-    with pytest.raises(MisconfigurationException, match="torchrun --nproc_per_node=2"):
-        fulmen.Trainer(accelerator="cpu", devices=2, logger=False)
+    planned = fulmen.Trainer(accelerator="cpu", devices=2, logger=False)  # fulmen starts rank 1 at fit()
+    assert isinstance(planned.strategy, DDPStrategy) and planned.world_size == 2 and planned.is_global_zero
+    with pytest.raises(MisconfigurationException, match="not started from a script"):
+        launch_local_ranks(2)  # under a test runner there is no script to start again
+    with pytest.raises(MisconfigurationException, match="torchrun --nnodes=2"):
+        fulmen.Trainer(accelerator="cpu", devices=2, num_nodes=2, logger=False)
     single = fulmen.Trainer(accelerator="cpu", devices=1, strategy="ddp", logger=False)
     assert type(single.strategy).__name__ == "SingleDeviceStrategy"  # one process needs no group
 

@@ -8,8 +8,11 @@ reduce the gradients in backward.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import subprocess
+import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +36,60 @@ _LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 def launched_by_torchrun() -> bool:
     """Whether a launcher set the rank variables of this process (torchrun, or anything that mimics it)."""
     return all(key in os.environ for key in _LAUNCHER_VARIABLES)
+
+
+def _script_command() -> list[str]:
+    """The command that started this process, to start it again for the other local ranks."""
+    import __main__
+
+    spec = getattr(__main__, "__spec__", None)
+    module = spec.name.removesuffix(".__main__") if spec is not None and spec.name else None
+    script = getattr(__main__, "__file__", None)
+    runner = (module or os.path.basename(sys.argv[0] if sys.argv else "")).split(".")[0]
+    if runner in _NOT_SCRIPTS or (module is None and (script is None or not os.path.isfile(script))):
+        raise MisconfigurationException(
+            "strategy='ddp' starts the other processes by running this script again, but this process was not "
+            "started from a script (an interactive session, a notebook or a test runner). Run a script, or "
+            "launch with torchrun: `torchrun --nproc_per_node=<devices> train.py`."
+        )
+    if module is not None and module != "__main__":  # python -m package.module
+        return [sys.executable, "-m", module, *sys.argv[1:]]
+    assert script is not None
+    return [sys.executable, os.path.abspath(script), *sys.argv[1:]]
+
+
+# entry points that are not the user's script: running them again would not reach the user's fit()
+_NOT_SCRIPTS = frozenset({"pytest", "py", "_pytest", "ipykernel_launcher", "ipykernel", "IPython", "ipython",
+                          "jupyter", "pydevconsole"})  # fmt: skip
+
+
+def launch_local_ranks(devices: int) -> list[subprocess.Popen[bytes]]:
+    """Lightning's script launcher: this process becomes local rank 0 and the script is started again for
+    ranks 1..devices-1, with the environment torchrun would have set (one node)."""
+    command = _script_command()
+    port = os.environ.get("MASTER_PORT") or str(_free_port())
+    common = {"MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"), "MASTER_PORT": port,
+              "WORLD_SIZE": str(devices), "LOCAL_WORLD_SIZE": str(devices), "GROUP_RANK": "0"}  # fmt: skip
+    children = []
+    for rank in range(1, devices):
+        env = {**os.environ, **common, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        children.append(subprocess.Popen(command, env=env))
+    os.environ.update({**common, "RANK": "0", "LOCAL_RANK": "0"})
+    atexit.register(_wait_for, children)  # the job ends when every rank has
+    return children
+
+
+def _wait_for(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        child.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class _StepModule(nn.Module):
@@ -79,11 +136,13 @@ class DDPStrategy(Strategy):
             **ddp_kwargs,
         }
         self.num_nodes = 1
+        self._launch_devices = 0  # > 0: this process starts the other local ranks at the run's start
+        self._children: list[subprocess.Popen[bytes]] = []
 
     # -- ranks (from the launcher's environment) ---------------------------------------------------------
     @property
     def world_size(self) -> int:
-        return int(os.environ.get("WORLD_SIZE", 1))
+        return int(os.environ.get("WORLD_SIZE", self._launch_devices or 1))
 
     @property
     def global_rank(self) -> int:
@@ -110,7 +169,13 @@ class DDPStrategy(Strategy):
             )
         self.num_nodes = num_nodes
 
+    def launch_here(self, devices: int) -> None:
+        """No launcher set this process up: start the other local ranks when the run starts."""
+        self._launch_devices = devices
+
     def setup_environment(self) -> None:
+        if self._launch_devices and not launched_by_torchrun():
+            self._children = launch_local_ranks(self._launch_devices)
         accelerator_name = getattr(self.accelerator, "name", "cpu")
         if accelerator_name == "cuda":
             self._root_device = torch.device("cuda", self.local_rank)

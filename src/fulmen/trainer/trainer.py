@@ -243,13 +243,17 @@ class Trainer:
         )
 
     def _check_ddp_launch(self, strategy: Any, launched: bool) -> None:
-        if not launched:
+        devices = len(self._devices)
+        if launched:
+            strategy.check_launch(devices, self.num_nodes)
+        elif self.num_nodes > 1:
             raise MisconfigurationException(
-                f"strategy='ddp' with devices={len(self._devices)} and num_nodes={self.num_nodes}: this version of "
-                "fulmen runs DDP in processes a launcher started. Run the script with torchrun, e.g. "
-                f"`torchrun --nproc_per_node={len(self._devices)} train.py` (fulmen's own launcher comes later)."
+                f"num_nodes={self.num_nodes}: start the processes on every machine with a launcher, e.g. "
+                f"`torchrun --nnodes={self.num_nodes} --node_rank=<this machine> --nproc_per_node={devices} "
+                "--master_addr=<first machine> train.py` (fulmen starts processes itself on one machine only)."
             )
-        strategy.check_launch(len(self._devices), self.num_nodes)
+        else:  # like Lightning: this process is rank 0 and runs the script again for the other ranks
+            strategy.launch_here(devices)
 
     # -- properties users read ------------------------------------------------------------------------------
     @property
