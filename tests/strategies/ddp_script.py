@@ -6,12 +6,19 @@ final weights, the logged epoch values it sees and the number of samples it trai
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
 
 import fulmen
 from tests.strategies.ddp_model import CASES, Model, loader
+
+# two processes: two devices on one node, or (a simulated two-machine run) one device on each of two nodes
+LAYOUT = {
+    "devices": int(os.environ.get("TEST_DEVICES", 2)),
+    "num_nodes": int(os.environ.get("TEST_NUM_NODES", 1)),
+}
 
 
 def main(outdir: str) -> None:
@@ -30,7 +37,7 @@ def main(outdir: str) -> None:
         blocked.clear()
         model = Model()
         trainer = fulmen.Trainer(
-            accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False, enable_checkpointing=False,
+            accelerator="cpu", **LAYOUT, strategy="ddp", max_epochs=2, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, **trainer_kwargs,
         )  # fmt: skip
         trainer.fit(model, loader(batch_size=4))
@@ -40,22 +47,24 @@ def main(outdir: str) -> None:
             "samples": model.samples,
             "global_step": trainer.global_step,
             "world_size": trainer.world_size,
+            "node_rank": trainer.node_rank,
+            "num_nodes": trainer.num_nodes,
             "strategy": type(trainer.strategy).__name__,
             "no_sync_batches": len(blocked),
         }
     # checkpoint + resume: rank 0 writes the mid-epoch checkpoints, every rank resumes from one
     every_5 = fulmen.callbacks.ModelCheckpoint(dirpath=f"{outdir}/ckpt", every_n_train_steps=5, save_top_k=-1)
-    fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False, callbacks=[every_5],
+    fulmen.Trainer(accelerator="cpu", **LAYOUT, strategy="ddp", max_epochs=2, logger=False, callbacks=[every_5],
                    enable_progress_bar=False, enable_model_summary=False).fit(Model(), loader(batch_size=4))  # fmt: skip
     resumed = Model()
-    trainer = fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
+    trainer = fulmen.Trainer(accelerator="cpu", **LAYOUT, strategy="ddp", max_epochs=2, logger=False,
                              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
     trainer.fit(resumed, loader(batch_size=4), ckpt_path=f"{outdir}/ckpt/epoch=0-step=5.ckpt")
     results["resumed"] = {"weights": resumed.state_dict(), "global_step": trainer.global_step}
     manual = Model()
     manual.automatic_optimization = False
     try:
-        fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, logger=False,
+        fulmen.Trainer(accelerator="cpu", **LAYOUT, strategy="ddp", max_epochs=1, logger=False,
                        enable_checkpointing=False, enable_progress_bar=False).fit(manual, loader(batch_size=4))  # fmt: skip
     except fulmen.utilities.exceptions.MisconfigurationException as err:
         results["manual_refused"] = str(err)

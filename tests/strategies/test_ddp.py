@@ -25,22 +25,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module", params=["torchrun", "fulmen"])
+@pytest.fixture(scope="module", params=["torchrun", "fulmen", "torchrun, two nodes"])
 def ddp_results(tmp_path_factory, request):
-    """The script's results on both ranks; started by torchrun, or as a plain script that fulmen's own
-    launcher (Trainer(strategy="ddp", devices=2) outside a launcher) starts again for rank 1."""
+    """The script's results on both ranks: started by torchrun; as a plain script that fulmen's own launcher
+    (Trainer(strategy="ddp", devices=2) outside a launcher) starts again for rank 1; or as a simulated
+    two-machine job, two `torchrun --nnodes=2 --node_rank=0|1` launches on 127.0.0.1 with one process each."""
     out = tmp_path_factory.mktemp("ddp")
     script = str(ROOT / "tests" / "strategies" / "ddp_script.py")
-    if request.param == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-               f"--master_port={_free_port()}", script, str(out)]  # fmt: skip
-    else:
-        cmd = [sys.executable, script, str(out)]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=out)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
+                f"--master_port={_free_port()}"]  # fmt: skip
+    if request.param == "torchrun":
+        commands = [[*torchrun, "--nproc_per_node=2", script, str(out)]]
+    elif request.param == "fulmen":
+        commands = [[sys.executable, script, str(out)]]
+    else:
+        env.update(TEST_DEVICES="1", TEST_NUM_NODES="2")
+        commands = [[*torchrun, "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1", script, str(out)]
+                    for node in (0, 1)]  # fmt: skip
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=out)
+             for c in commands]  # fmt: skip
+    for proc in procs:
+        output, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, output[-4000:]
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
@@ -54,6 +63,7 @@ def test_two_processes_train_like_one_on_the_global_batch(ddp_results, case):
     for rank in (0, 1):
         result = ddp_results[rank][case]
         assert result["strategy"] == "DDPStrategy" and result["world_size"] == 2
+        assert result["node_rank"] == (rank if result["num_nodes"] == 2 else 0)
         assert result["samples"] == 64  # half of the 64 samples per epoch, for two epochs
         assert result["global_step"] == trainer.global_step
         # accumulating batches keep gradients local: 4 of the 8 batches per epoch, two epochs
