@@ -21,6 +21,12 @@ LAYOUT = {
 }
 
 
+def ddp_trainer(**kwargs) -> fulmen.Trainer:
+    options = {"max_epochs": 2, "enable_checkpointing": False, **kwargs}
+    return fulmen.Trainer(accelerator="cpu", **LAYOUT, strategy="ddp", logger=False, enable_progress_bar=False,
+                          enable_model_summary=False, **options)  # fmt: skip
+
+
 def main(outdir: str) -> None:
     from fulmen.strategies.ddp import DDPStrategy
 
@@ -36,10 +42,7 @@ def main(outdir: str) -> None:
     for case, trainer_kwargs in CASES.items():
         blocked.clear()
         model = Model()
-        trainer = fulmen.Trainer(
-            accelerator="cpu", **LAYOUT, strategy="ddp", max_epochs=2, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, **trainer_kwargs,
-        )  # fmt: skip
+        trainer = ddp_trainer(**trainer_kwargs)
         trainer.fit(model, loader(batch_size=4))
         results[case] = {
             "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
@@ -54,18 +57,15 @@ def main(outdir: str) -> None:
         }
     # checkpoint + resume: rank 0 writes the mid-epoch checkpoints, every rank resumes from one
     every_5 = fulmen.callbacks.ModelCheckpoint(dirpath=f"{outdir}/ckpt", every_n_train_steps=5, save_top_k=-1)
-    fulmen.Trainer(accelerator="cpu", **LAYOUT, strategy="ddp", max_epochs=2, logger=False, callbacks=[every_5],
-                   enable_progress_bar=False, enable_model_summary=False).fit(Model(), loader(batch_size=4))  # fmt: skip
+    ddp_trainer(callbacks=[every_5], enable_checkpointing=True).fit(Model(), loader(batch_size=4))
     resumed = Model()
-    trainer = fulmen.Trainer(accelerator="cpu", **LAYOUT, strategy="ddp", max_epochs=2, logger=False,
-                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer = ddp_trainer()
     trainer.fit(resumed, loader(batch_size=4), ckpt_path=f"{outdir}/ckpt/epoch=0-step=5.ckpt")
     results["resumed"] = {"weights": resumed.state_dict(), "global_step": trainer.global_step}
     manual = Model()
     manual.automatic_optimization = False
     try:
-        fulmen.Trainer(accelerator="cpu", **LAYOUT, strategy="ddp", max_epochs=1, logger=False,
-                       enable_checkpointing=False, enable_progress_bar=False).fit(manual, loader(batch_size=4))  # fmt: skip
+        ddp_trainer(max_epochs=1).fit(manual, loader(batch_size=4))
     except fulmen.utilities.exceptions.MisconfigurationException as err:
         results["manual_refused"] = str(err)
     rank = torch.distributed.get_rank()

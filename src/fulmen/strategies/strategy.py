@@ -126,16 +126,14 @@ class Strategy:
     # -- steps -----------------------------------------------------------------------------------------
     def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
         assert self._trainer is not None
-        with self.precision_plugin.forward_context():
+        precision = self.precision_plugin
+        if type(precision).forward_context is Precision.forward_context:  # nothing to enter, every batch
+            return self._trainer._hooks.call_module(name, *args, **kwargs)
+        with precision.forward_context():
             return self._trainer._hooks.call_module(name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        assert self._trainer is not None
-        precision = self.precision_plugin
-        if type(precision).forward_context is Precision.forward_context:  # nothing to enter, every batch
-            return self._trainer._hooks.call_module("training_step", *args, **kwargs)
-        with precision.forward_context():
-            return self._trainer._hooks.call_module("training_step", *args, **kwargs)
+        return self._step("training_step", *args, **kwargs)
 
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         return self._step("validation_step", *args, **kwargs)

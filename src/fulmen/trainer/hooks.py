@@ -94,11 +94,14 @@ class HookDispatcher:
     def defaults_only(self, *names: str) -> bool:
         """No callback implements any of ``names`` and the module overrides none of them, so the loops
         may run the default behaviour inline (the hot loop skips several calls per step this way)."""
+        return self._cached_default(
+            names, lambda name: self.module_overrides(name) or bool(self._callback_fns(name, None))
+        )
+
+    def _cached_default(self, names: tuple[str, ...], overridden: Callable[[str], bool]) -> bool:
         cached = self._default_cache.get(names)
         if cached is None:
-            cached = self._default_cache[names] = not any(
-                self.module_overrides(name) or self._callback_fns(name, None) for name in names
-            )
+            cached = self._default_cache[names] = not any(overridden(name) for name in names)
         return cached
 
     # -- 1.x signatures that take the optimizer's index (each override's signature is read once per run) --
@@ -252,12 +255,9 @@ class HookDispatcher:
         return batch
 
     def _transfer_is_default(self) -> bool:
-        cached = self._default_cache.get(_TRANSFER_HOOKS)
-        if cached is None:
-            cached = self._default_cache[_TRANSFER_HOOKS] = not any(
-                self.module_overrides(name) or self.datamodule_overrides(name) for name in _TRANSFER_HOOKS
-            )
-        return cached
+        return self._cached_default(
+            _TRANSFER_HOOKS, lambda name: self.module_overrides(name) or self.datamodule_overrides(name)
+        )
 
 
 _UNKNOWN: Any = object()  # not looked up yet (None means: no such hook, or a default no-op)

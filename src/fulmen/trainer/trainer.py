@@ -19,6 +19,7 @@ from fulmen.core.optimizers import LRSchedulerConfig, parse_configure_optimizers
 from fulmen.loops.evaluation import EvaluationLoop, PredictionLoop
 from fulmen.loops.fit import FitLoop
 from fulmen.precision import Precision, normalize_precision, select_precision
+from fulmen.strategies.ddp import DDPStrategy, launched_by_torchrun
 from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
 from fulmen.trainer.config import parse_loop_flags
 from fulmen.trainer.data import TrainerData, step_overridden
@@ -201,8 +202,6 @@ class Trainer:
     def _select_strategy(self, strategy: str | Strategy) -> Strategy:
         device = self._devices[0]
         precision_plugin = self._precision_plugin or select_precision(self._precision_flag, device.type)
-        from fulmen.strategies.ddp import DDPStrategy, launched_by_torchrun
-
         if isinstance(strategy, Strategy):
             strategy.accelerator = strategy.accelerator or self.accelerator
             if type(strategy.precision_plugin) is Precision:  # left at the default: use the Trainer's
@@ -242,7 +241,7 @@ class Trainer:
             device=device, accelerator=self.accelerator, precision_plugin=precision_plugin
         )
 
-    def _check_ddp_launch(self, strategy: Any, launched: bool) -> None:
+    def _check_ddp_launch(self, strategy: DDPStrategy, launched: bool) -> None:
         devices = len(self._devices)
         if launched:
             strategy.check_launch(devices, self.num_nodes)
