@@ -33,3 +33,27 @@ def loader(batch_size: int) -> DataLoader:
     g = torch.Generator().manual_seed(5)
     data = TensorDataset(torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g))
     return DataLoader(data, batch_size=batch_size)
+
+
+def _toggled_gan() -> type:
+    from tests.core.optimization_examples import examples
+
+    return examples(fulmen)["ToggledGAN"]
+
+
+class GAN(_toggled_gan()):  # type: ignore[misc]
+    """Seed 001's GAN (manual optimization, toggle_model(sync_grad=...) accumulating over two batches). Its
+    noise comes with the data instead of from each process's random generator, so that two processes and one
+    process on the global batch draw the same noise for the same samples."""
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self._noise = batch[1]
+
+    def sample_z(self, n):
+        return self._noise[:n]
+
+
+def gan_loader(batch_size: int) -> DataLoader:
+    g = torch.Generator().manual_seed(7)
+    data = TensorDataset(torch.randn(48, 6, generator=g), torch.randn(48, 4, generator=g))
+    return DataLoader(data, batch_size=batch_size)

@@ -12,7 +12,7 @@ import sys
 import torch
 
 import fulmen
-from tests.strategies.ddp_model import CASES, Model, loader
+from tests.strategies.ddp_model import CASES, GAN, Model, gan_loader, loader
 
 # two processes: two devices on one node, or (a simulated two-machine run) one device on each of two nodes
 LAYOUT = {
@@ -22,8 +22,8 @@ LAYOUT = {
 
 
 def ddp_trainer(**kwargs) -> fulmen.Trainer:
-    options = {"max_epochs": 2, "enable_checkpointing": False, **kwargs}
-    return fulmen.Trainer(accelerator="cpu", **LAYOUT, strategy="ddp", logger=False, enable_progress_bar=False,
+    options = {"max_epochs": 2, "enable_checkpointing": False, "strategy": "ddp", **kwargs}
+    return fulmen.Trainer(accelerator="cpu", **LAYOUT, logger=False, enable_progress_bar=False,
                           enable_model_summary=False, **options)  # fmt: skip
 
 
@@ -38,9 +38,26 @@ def main(outdir: str) -> None:
         return original(self)
 
     DDPStrategy.block_backward_sync = counting  # how often gradient sync was held back (no_sync)
+
+    reductions = []  # gradient all-reduces DDP actually ran (one bucket per backward for these small models)
+    setup = DDPStrategy.setup
+
+    def counting_setup(self, trainer):
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        setup(self, trainer)
+
+        def hook(state, bucket):
+            reductions.append(1)
+            return allreduce_hook(state, bucket)
+
+        self.model.register_comm_hook(None, hook)
+
+    DDPStrategy.setup = counting_setup
     results = {}
     for case, trainer_kwargs in CASES.items():
         blocked.clear()
+        reductions.clear()
         model = Model()
         trainer = ddp_trainer(**trainer_kwargs)
         trainer.fit(model, loader(batch_size=4))
@@ -54,6 +71,7 @@ def main(outdir: str) -> None:
             "num_nodes": trainer.num_nodes,
             "strategy": type(trainer.strategy).__name__,
             "no_sync_batches": len(blocked),
+            "reductions": len(reductions),
         }
     # checkpoint + resume: rank 0 writes the mid-epoch checkpoints, every rank resumes from one
     every_5 = fulmen.callbacks.ModelCheckpoint(dirpath=f"{outdir}/ckpt", every_n_train_steps=5, save_top_k=-1)
@@ -62,12 +80,15 @@ def main(outdir: str) -> None:
     trainer = ddp_trainer()
     trainer.fit(resumed, loader(batch_size=4), ckpt_path=f"{outdir}/ckpt/epoch=0-step=5.ckpt")
     results["resumed"] = {"weights": resumed.state_dict(), "global_step": trainer.global_step}
-    manual = Model()
-    manual.automatic_optimization = False
-    try:
-        ddp_trainer(max_epochs=1).fit(manual, loader(batch_size=4))
-    except fulmen.utilities.exceptions.MisconfigurationException as err:
-        results["manual_refused"] = str(err)
+    # manual optimization: seed 001's GAN, two optimizers, toggle_model(sync_grad=False) while accumulating;
+    # the generator's backward leaves the frozen discriminator unused, hence find_unused_parameters
+    blocked.clear()
+    reductions.clear()
+    gan = GAN()
+    trainer = ddp_trainer(strategy="ddp_find_unused_parameters_true")
+    trainer.fit(gan, gan_loader(batch_size=4))
+    results["gan"] = {"weights": gan.state_dict(), "global_step": trainer.global_step,
+                      "no_sync_blocks": len(blocked), "reductions": len(reductions), "d_loss": float(trainer.callback_metrics["d_loss"])}  # fmt: skip
     rank = torch.distributed.get_rank()
     torch.save(results, f"{outdir}/rank{rank}.pt")
 

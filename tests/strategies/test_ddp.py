@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fulmen
-from tests.strategies.ddp_model import CASES, Model, loader
+from tests.strategies.ddp_model import CASES, GAN, Model, gan_loader, loader
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,6 +68,7 @@ def test_two_processes_train_like_one_on_the_global_batch(ddp_results, case):
         assert result["global_step"] == trainer.global_step
         # accumulating batches keep gradients local: 4 of the 8 batches per epoch, two epochs
         assert result["no_sync_batches"] == (8 if case == "accumulate" else 0)
+        assert result["reductions"] == trainer.global_step  # one all-reduce per optimizer step, none between
         for name, value in single.state_dict().items():
             torch.testing.assert_close(result["weights"][name], value, rtol=0, atol=1e-6, msg=name)
         # sync_dist: every rank reports the global epoch mean, the one process's mean
@@ -86,9 +87,22 @@ def test_checkpoint_and_resume_under_ddp(ddp_results):
 
 
 @pytest.mark.slow
-def test_manual_optimization_is_refused_for_now(ddp_results):
+def test_seed_gan_with_toggle_model_under_ddp(ddp_results):
+    """Seed 001's GAN: manual optimization with two optimizers, accumulating over two batches with
+    toggle_model(sync_grad=False). Both processes end with the weights of one process on the global batch,
+    and gradients are all-reduced only on the batches that step (once per optimizer)."""
+    single = GAN()
+    trainer = fulmen.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False)  # fmt: skip
+    trainer.fit(single, gan_loader(batch_size=8))
+    assert trainer.global_step == 12  # 3 stepping batches x 2 optimizers x 2 epochs
     for rank in (0, 1):
-        assert "Manual optimization under strategy='ddp'" in ddp_results[rank]["manual_refused"]
+        result = ddp_results[rank]["gan"]
+        assert result["global_step"] == 12
+        assert result["no_sync_blocks"] == 12  # 3 accumulating batches x 2 toggles x 2 epochs
+        assert result["reductions"] == 12  # nothing reduced while accumulating
+        for name, value in single.state_dict().items():
+            torch.testing.assert_close(result["weights"][name], value, rtol=0, atol=1e-6, msg=name)
 
 
 def test_launch_checks(monkeypatch):

@@ -101,9 +101,14 @@ class _StepModule(nn.Module):
         self._strategy = [strategy]  # a list: not registered as a submodule
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        trainer = self._strategy[0]._trainer
+        strategy = self._strategy[0]
+        trainer = strategy._trainer
         assert trainer is not None
-        return trainer._hooks.call_module("training_step", *args, **kwargs)
+        try:
+            return trainer._hooks.call_module("training_step", *args, **kwargs)
+        finally:
+            if strategy._manual_step and isinstance(strategy._model, DistributedDataParallel):
+                strategy._model.require_backward_grad_sync = False
 
 
 class DDPStrategy(Strategy):
@@ -138,6 +143,7 @@ class DDPStrategy(Strategy):
         self.num_nodes = 1
         self._launch_devices = 0  # > 0: this process starts the other local ranks at the run's start
         self._children: list[subprocess.Popen[bytes]] = []
+        self._manual_step = False  # a manual-optimization training_step is running inside DDP's forward
 
     # -- ranks (from the launcher's environment) ---------------------------------------------------------
     @property
@@ -191,16 +197,9 @@ class DDPStrategy(Strategy):
         super().setup_environment()
 
     def setup(self, trainer: Trainer) -> None:
+        super().setup(trainer)
         module = self._lightning_module
         assert module is not None
-        if not module.automatic_optimization:
-            # manual_backward runs inside DDP's forward here (training_step is that forward), before DDP
-            # has prepared its gradient reduction: gradients would not be averaged
-            raise MisconfigurationException(
-                "Manual optimization under strategy='ddp' is not supported by this version of fulmen yet. Use "
-                "automatic optimization, or train on one device (strategy='auto', devices=1)."
-            )
-        super().setup(trainer)
         device_ids = [self._root_device.index] if self._root_device.type == "cuda" else None
         self._model = DistributedDataParallel(
             _StepModule(module, self), device_ids=device_ids, **self._ddp_kwargs
@@ -215,8 +214,49 @@ class DDPStrategy(Strategy):
         model = self._model
         if not isinstance(model, DistributedDataParallel):  # before setup, or after teardown
             return super().training_step(*args, **kwargs)
-        with self.precision_plugin.forward_context():
-            return model(*args, **kwargs)
+        module = self._lightning_module
+        if module is None or module.automatic_optimization:
+            with self.precision_plugin.forward_context():
+                return model(*args, **kwargs)
+        # manual optimization: the backward passes already ran (armed by _prepare_reduction); DDP must not arm
+        # its reducer again when this forward returns, or the next step's first backward would be reduced even
+        # under no_sync. Grad sync is off while DDP finishes the forward, on again for the next one.
+        self._manual_step = True
+        try:
+            with self.precision_plugin.forward_context():
+                return model(*args, **kwargs)
+        finally:
+            self._manual_step = False
+            model.require_backward_grad_sync = True
+            model.require_forward_param_sync = True  # buffers are still broadcast at the next forward
+
+    def backward(self, loss: Tensor, optimizer: Any, *args: Any, **kwargs: Any) -> Tensor:
+        module = self._lightning_module
+        if module is not None and not module.automatic_optimization:
+            self._prepare_reduction(loss)
+        return super().backward(loss, optimizer, *args, **kwargs)
+
+    def _prepare_reduction(self, loss: Tensor) -> None:
+        """Arm DDP's gradient reduction for a ``manual_backward`` call.
+
+        DDP arms its reducer when its forward returns, but under manual optimization the backward passes run
+        inside that forward (``training_step``), and there may be several (one per optimizer). Each backward
+        is armed here instead; without it the gradients would stay local to each process.
+        """
+        model = self._model
+        if not isinstance(model, DistributedDataParallel):
+            return
+        if not (torch.is_grad_enabled() and model.require_backward_grad_sync):  # inside no_sync: stay local
+            model.require_forward_param_sync = False
+            return
+        model.require_forward_param_sync = True
+        # with find_unused_parameters the reducer walks the graph from the loss to find what it must not wait
+        # for (e.g. the parameters toggle_model froze); otherwise every parameter is expected to get a gradient
+        roots = [loss] if model.find_unused_parameters and not model.static_graph else []
+        reducer = model.reducer
+        # the bucket order learnt in the first backward is applied before the next one records it again
+        reducer._rebuild_buckets()
+        reducer.prepare_for_backward(roots)
 
     def block_backward_sync(self) -> contextlib.AbstractContextManager[Any]:
         """DDP's ``no_sync``: batches that only accumulate keep their gradients local."""
