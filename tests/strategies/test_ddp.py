@@ -25,15 +25,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module", params=["torchrun", "fulmen", "torchrun, two nodes"])
+def _free_port_in(low: int, high: int) -> int:
+    for port in range(low + os.getpid() % 1000, high):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}..{high}")
+
+
+@pytest.fixture(scope="module", params=["torchrun", "fulmen", "torchrun, two nodes", "slurm"])
 def ddp_results(tmp_path_factory, request):
     """The script's results on both ranks: started by torchrun; as a plain script that fulmen's own launcher
-    (Trainer(strategy="ddp", devices=2) outside a launcher) starts again for rank 1; or as a simulated
-    two-machine job, two `torchrun --nnodes=2 --node_rank=0|1` launches on 127.0.0.1 with one process each."""
+    (Trainer(strategy="ddp", devices=2) outside a launcher) starts again for rank 1; as a simulated
+    two-machine job, two `torchrun --nnodes=2 --node_rank=0|1` launches on 127.0.0.1 with one process each;
+    or as two tasks of a simulated SLURM job (srun's environment variables, no torchrun variables)."""
     out = tmp_path_factory.mktemp("ddp")
     script = str(ROOT / "tests" / "strategies" / "ddp_script.py")
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for key in [k for k in env if k.startswith("SLURM_")] + ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                                              "MASTER_ADDR", "MASTER_PORT"]:  # fmt: skip
         env.pop(key, None)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
                 f"--master_port={_free_port()}"]  # fmt: skip
@@ -41,16 +54,28 @@ def ddp_results(tmp_path_factory, request):
         commands = [[*torchrun, "--nproc_per_node=2", script, str(out)]]
     elif request.param == "fulmen":
         commands = [[sys.executable, script, str(out)]]
+    elif request.param == "slurm":  # what srun --ntasks-per-node=2 sets; the port comes from the job id
+        port = _free_port_in(20000, 40000)
+        env.update(SLURM_JOB_ID=str(port - 20000), SLURM_JOB_NAME="ddp", SLURM_NTASKS="2", SLURM_NODEID="0",
+                   SLURM_NTASKS_PER_NODE="2", SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="127.0.0.1")  # fmt: skip
+        commands = [[sys.executable, script, str(out)] for _ in range(2)]
+        envs = [dict(env, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank)) for rank in range(2)]
     else:
         env.update(TEST_DEVICES="1", TEST_NUM_NODES="2")
         commands = [[*torchrun, "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1", script, str(out)]
                     for node in (0, 1)]  # fmt: skip
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=out)
-             for c in commands]  # fmt: skip
+    envs = envs if request.param == "slurm" else [env] * len(commands)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e, cwd=out)
+             for c, e in zip(commands, envs)]  # fmt: skip
     for proc in procs:
         output, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, output[-4000:]
-    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    results = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    launcher = {"fulmen": "fulmen", "slurm": "slurm"}.get(request.param, "torchrun")
+    assert all(
+        r[case]["launcher"] == launcher for r in results for case in CASES
+    )  # whose variables were read
+    return results
 
 
 @pytest.mark.slow
@@ -109,8 +134,7 @@ def test_launch_checks(monkeypatch):
     from fulmen.strategies.ddp import DDPStrategy, launch_local_ranks
     from fulmen.utilities.exceptions import MisconfigurationException
 
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
-        monkeypatch.delenv(key, raising=False)
+    _clear_launcher_env(monkeypatch)
     planned = fulmen.Trainer(accelerator="cpu", devices=2, logger=False)  # fulmen starts rank 1 at fit()
     assert isinstance(planned.strategy, DDPStrategy) and planned.world_size == 2 and planned.is_global_zero
     with pytest.raises(MisconfigurationException, match="not started from a script"):
@@ -122,7 +146,7 @@ def test_launch_checks(monkeypatch):
 
     for key, value in {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}.items():
         monkeypatch.setenv(key, value)
-    with pytest.raises(MisconfigurationException, match="WORLD_SIZE=4"):
+    with pytest.raises(MisconfigurationException, match="torchrun started 4 with 2 per node"):
         fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
     trainer = fulmen.Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", logger=False)
     assert isinstance(trainer.strategy, DDPStrategy)
@@ -131,3 +155,48 @@ def test_launch_checks(monkeypatch):
     custom = fulmen.Trainer(accelerator="cpu", devices=2, num_nodes=2, logger=False,
                             strategy=DDPStrategy(find_unused_parameters=True, static_graph=False))  # fmt: skip
     assert custom.strategy._ddp_kwargs["find_unused_parameters"] is True
+
+
+def _clear_launcher_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("SLURM_") or key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                               "MASTER_ADDR", "MASTER_PORT"):  # fmt: skip
+            monkeypatch.delenv(key)
+
+
+def test_slurm_environment_is_read(monkeypatch):
+    """srun's variables give the ranks and the rendezvous (first host of the node list, a port from the job
+    id); a mismatch with devices x num_nodes names the #SBATCH line that fixes it."""
+    from fulmen.strategies.ddp import DDPStrategy
+    from fulmen.strategies.environment import detect, first_host
+    from fulmen.utilities.exceptions import MisconfigurationException
+
+    assert first_host("gpu[03-05,9],cpu1") == "gpu03"
+    assert first_host("node7,node8") == "node7"
+    assert first_host("a-b-1") == "a-b-1"
+    _clear_launcher_env(monkeypatch)
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "4", "SLURM_PROCID": "3",
+             "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NTASKS_PER_NODE": "2(x2)", "SLURM_JOB_NUM_NODES": "2",
+             "SLURM_JOB_NODELIST": "gpu[03-04]"}  # fmt: skip
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    cluster = detect()
+    assert cluster is not None and cluster.launcher == "slurm"
+    assert (cluster.world_size, cluster.global_rank, cluster.local_rank, cluster.node_rank) == (4, 3, 1, 1)
+    assert (cluster.master_addr, cluster.num_nodes) == ("gpu03", 2)
+    assert cluster.master_port == 20000 + 4242 % 20000
+    trainer = fulmen.Trainer(accelerator="cpu", devices=2, num_nodes=2, logger=False)  # 'auto' → DDP
+    assert isinstance(trainer.strategy, DDPStrategy)
+    assert (trainer.world_size, trainer.global_rank, trainer.node_rank, trainer.is_global_zero) == (
+        4,
+        3,
+        1,
+        False,
+    )
+    with pytest.raises(MisconfigurationException, match="#SBATCH --nodes=1 --ntasks-per-node=4"):
+        fulmen.Trainer(accelerator="cpu", devices=4, strategy="ddp", logger=False)
+    monkeypatch.setenv("SLURM_JOB_NAME", "bash")  # an salloc shell: nothing was launched
+    assert detect() is None
+    monkeypatch.setenv("SLURM_JOB_NAME", "train")
+    monkeypatch.setenv("SLURM_NTASKS", "1")  # one task: fulmen may start the other local ranks itself
+    assert detect() is None

@@ -1,4 +1,5 @@
 from fulmen.strategies.ddp import DDPStrategy
+from fulmen.strategies.ddp_spawn import DDPSpawnStrategy
 from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
 
-__all__ = ["DDPStrategy", "SingleDeviceStrategy", "Strategy"]
+__all__ = ["DDPSpawnStrategy", "DDPStrategy", "SingleDeviceStrategy", "Strategy"]

@@ -1,9 +1,9 @@
 """DistributedDataParallel on ``torch.distributed``: one process per device, gloo on CPUs, NCCL on GPUs.
 
-This version runs where a launcher already started the processes and set the environment (``torchrun``:
-``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``). The module's
-``training_step`` runs through DDP's forward (wrapped in :class:`_StepModule`), which is what lets DDP
-reduce the gradients in backward.
+The processes come from a launcher (torchrun or SLURM's srun: their environment is read, see
+:mod:`fulmen.strategies.environment`), or, on one machine without a launcher, from fulmen itself: rank 0 runs
+the user's script again for the other local ranks. The module's ``training_step`` runs through DDP's
+forward (wrapped in :class:`_StepModule`), which is what lets DDP reduce the gradients in backward.
 """
 
 from __future__ import annotations
@@ -23,19 +23,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fulmen.accelerators import Accelerator
 from fulmen.precision import Precision
+from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterEnvironment, detect
 from fulmen.strategies.strategy import Strategy
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_only
 
 if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
-
-_LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
-
-
-def launched_by_torchrun() -> bool:
-    """Whether a launcher set the rank variables of this process (torchrun, or anything that mimics it)."""
-    return all(key in os.environ for key in _LAUNCHER_VARIABLES)
 
 
 def _script_command() -> list[str]:
@@ -69,7 +63,8 @@ def launch_local_ranks(devices: int) -> list[subprocess.Popen[bytes]]:
     command = _script_command()
     port = os.environ.get("MASTER_PORT") or str(_free_port())
     common = {"MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"), "MASTER_PORT": port,
-              "WORLD_SIZE": str(devices), "LOCAL_WORLD_SIZE": str(devices), "GROUP_RANK": "0"}  # fmt: skip
+              "WORLD_SIZE": str(devices), "LOCAL_WORLD_SIZE": str(devices), "GROUP_RANK": "0",
+              LAUNCHER_VARIABLE: "fulmen"}  # fmt: skip
     children = []
     for rank in range(1, devices):
         env = {**os.environ, **common, "RANK": str(rank), "LOCAL_RANK": str(rank)}
@@ -141,47 +136,81 @@ class DDPStrategy(Strategy):
             **ddp_kwargs,
         }
         self.num_nodes = 1
-        self._launch_devices = 0  # > 0: this process starts the other local ranks at the run's start
+        self._devices = 1  # processes per node, from the Trainer's devices
+        self._launch = False  # this process starts the other local ranks when the run starts
+        self._cluster: ClusterEnvironment | None = None  # read from the launcher's environment
         self._children: list[subprocess.Popen[bytes]] = []
         self._manual_step = False  # a manual-optimization training_step is running inside DDP's forward
 
     # -- ranks (from the launcher's environment) ---------------------------------------------------------
     @property
+    def cluster_environment(self) -> ClusterEnvironment | None:
+        """Where the ranks come from (``None`` until a launcher's environment was read)."""
+        return self._cluster
+
+    @property
     def world_size(self) -> int:
-        return int(os.environ.get("WORLD_SIZE", self._launch_devices or 1))
+        cluster = self._cluster
+        return cluster.world_size if cluster is not None else self._devices * self.num_nodes
 
     @property
     def global_rank(self) -> int:
-        return int(os.environ.get("RANK", 0))
+        cluster = self._cluster
+        return cluster.global_rank if cluster is not None else 0
 
     @property
     def local_rank(self) -> int:
-        return int(os.environ.get("LOCAL_RANK", 0))
+        cluster = self._cluster
+        return cluster.local_rank if cluster is not None else 0
 
     @property
     def node_rank(self) -> int:
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
-        return int(os.environ.get("GROUP_RANK", self.global_rank // max(1, local_world)))
+        cluster = self._cluster
+        return cluster.node_rank if cluster is not None else 0
 
     # -- set-up -------------------------------------------------------------------------------------------
-    def check_launch(self, devices: int, num_nodes: int) -> None:
-        """The Trainer's ``devices`` x ``num_nodes`` must be what the launcher started."""
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", devices))
-        if local_world != devices or devices * num_nodes != self.world_size:
+    def check_launch(self, devices: int, num_nodes: int, cluster: ClusterEnvironment | None) -> None:
+        """Plan the processes: those a launcher started (checked against ``devices`` x ``num_nodes``), or,
+        without a launcher, ``devices`` processes on this machine that fulmen starts itself."""
+        self._devices, self.num_nodes = devices, num_nodes
+        self._cluster = cluster
+        if cluster is None:
+            if num_nodes > 1:
+                raise MisconfigurationException(
+                    f"num_nodes={num_nodes}: start the processes on every machine with a launcher, e.g. "
+                    f"`torchrun --nnodes={num_nodes} --node_rank=<this machine> --nproc_per_node={devices} "
+                    "--master_addr=<first machine> train.py`, or `srun` in a SLURM job with "
+                    f"--nodes={num_nodes} --ntasks-per-node={devices} (fulmen starts processes itself on one "
+                    "machine only)."
+                )
+            self._launch = True
+            return
+        if cluster.local_world_size != devices or devices * num_nodes != cluster.world_size:
+            how = (
+                f"#SBATCH --nodes={num_nodes} --ntasks-per-node={devices}"
+                if cluster.launcher == "slurm"
+                else f"torchrun --nnodes={num_nodes} --nproc_per_node={devices}"
+            )
             raise MisconfigurationException(
                 f"Trainer(devices={devices}, num_nodes={num_nodes}) asks for {devices * num_nodes} processes, but "
-                f"the launcher started WORLD_SIZE={self.world_size} with LOCAL_WORLD_SIZE={local_world} per node. "
-                "Make them agree, e.g. torchrun --nproc_per_node=<devices> --nnodes=<num_nodes>."
+                f"{cluster.launcher} started {cluster.world_size} with {cluster.local_world_size} per node. Make "
+                f"them agree: launch with `{how}`, or set devices={cluster.local_world_size}, "
+                f"num_nodes={cluster.num_nodes}."
             )
-        self.num_nodes = num_nodes
-
-    def launch_here(self, devices: int) -> None:
-        """No launcher set this process up: start the other local ranks when the run starts."""
-        self._launch_devices = devices
 
     def setup_environment(self) -> None:
-        if self._launch_devices and not launched_by_torchrun():
-            self._children = launch_local_ranks(self._launch_devices)
+        if self._launch and detect() is None:
+            self._children = launch_local_ranks(self._devices)
+        cluster = self._cluster = detect()
+        if cluster is None:
+            raise MisconfigurationException(
+                "strategy='ddp' found no launcher environment (RANK, WORLD_SIZE, ... or SLURM_PROCID, ...) when "
+                "the run started. Launch with torchrun or srun, or let fulmen start the processes (devices>1)."
+            )
+        # init_process_group's env:// rendezvous reads these; SLURM does not set them
+        os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
+        if cluster.master_port is not None:
+            os.environ.setdefault("MASTER_PORT", str(cluster.master_port))
         accelerator_name = getattr(self.accelerator, "name", "cpu")
         if accelerator_name == "cuda":
             self._root_device = torch.device("cuda", self.local_rank)

@@ -80,6 +80,10 @@ class Strategy:
         return False
 
     # -- set-up ----------------------------------------------------------------------------------------
+    def launch(self, trainer: Trainer, function: Callable[..., Any], *args: Any) -> Any:
+        """Run a stage: here, in this process (strategies that start their processes override this)."""
+        return function(*args)
+
     def connect(self, model: LightningModule) -> None:
         self._lightning_module = model
         self._model = model

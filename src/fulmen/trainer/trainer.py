@@ -19,7 +19,9 @@ from fulmen.core.optimizers import LRSchedulerConfig, parse_configure_optimizers
 from fulmen.loops.evaluation import EvaluationLoop, PredictionLoop
 from fulmen.loops.fit import FitLoop
 from fulmen.precision import Precision, normalize_precision, select_precision
-from fulmen.strategies.ddp import DDPStrategy, launched_by_torchrun
+from fulmen.strategies.ddp import DDPStrategy
+from fulmen.strategies.ddp_spawn import DDPSpawnStrategy
+from fulmen.strategies.environment import detect as detect_cluster
 from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
 from fulmen.trainer.config import parse_loop_flags
 from fulmen.trainer.data import TrainerData, step_overridden
@@ -30,7 +32,27 @@ from fulmen.trainer.state import FitProgress, RunningStage, TrainerFn, TrainerSt
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
-_STRATEGIES = ("auto", "single_device")
+_DDP_STRATEGIES = ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
+_NOT_SUPPORTED_STRATEGIES = ("fsdp", "deepspeed", "xla", "hpu_parallel", "single_xla", "single_hpu")
+
+
+def _ddp_strategy_kind(name: str | None) -> tuple[str, bool] | None:
+    """'ddp_spawn_find_unused_parameters_true' → ('ddp_spawn', True); None for names that are not DDP."""
+    if name is None:
+        return None
+    if name in _NOT_SUPPORTED_STRATEGIES:
+        raise MisconfigurationException(
+            f"strategy={name!r} is not available in fulmen (it trains with DDP on torch.distributed). Use "
+            "strategy='ddp'."
+        )
+    for suffix, find_unused in (
+        ("_find_unused_parameters_true", True),
+        ("_find_unused_parameters_false", False),
+    ):
+        if name.endswith(suffix):
+            base = name.removesuffix(suffix)
+            return (base, find_unused) if base in _DDP_STRATEGIES else None
+    return (name, False) if name in _DDP_STRATEGIES else None
 
 
 class Trainer:
@@ -207,52 +229,48 @@ class Trainer:
             if type(strategy.precision_plugin) is Precision:  # left at the default: use the Trainer's
                 strategy.precision_plugin = precision_plugin
             if isinstance(strategy, DDPStrategy):
-                self._check_ddp_launch(strategy, launched_by_torchrun())
+                strategy.check_launch(len(self._devices), self.num_nodes, detect_cluster())
             return strategy
-        if not isinstance(strategy, str) or strategy.lower() not in _STRATEGIES + (
-            "ddp",
-            "ddp_spawn",
-            "ddp_find_unused_parameters_true",
-            "ddp_notebook",
-            "fsdp",
-            "deepspeed",
-        ):
+        name = strategy.lower() if isinstance(strategy, str) else None
+        ddp_kind = _ddp_strategy_kind(name)
+        if name not in ("auto", "single_device") and ddp_kind is None:
             raise MisconfigurationException(
-                f"strategy={strategy!r} is not supported. Use 'auto' or 'single_device' (or a Strategy instance)."
+                f"strategy={strategy!r} is not supported. Use 'auto', 'single_device', 'ddp', 'ddp_spawn', "
+                "'ddp_fork', 'ddp_notebook' (each DDP name also with '_find_unused_parameters_true'), or a "
+                "Strategy instance such as DDPStrategy(...)."
             )
-        name = strategy.lower()
         processes = len(self._devices) * self.num_nodes
-        ddp_names = ("ddp", "ddp_find_unused_parameters_true")
-        wants_ddp = name in ddp_names or (name == "auto" and processes > 1)
-        if wants_ddp and (processes > 1 or launched_by_torchrun()):
-            ddp = DDPStrategy(
-                accelerator=self.accelerator, precision_plugin=precision_plugin,
-                find_unused_parameters=name == "ddp_find_unused_parameters_true",
-            )  # fmt: skip
-            self._check_ddp_launch(ddp, launched_by_torchrun())
+        cluster = detect_cluster()
+        launched = cluster is not None and cluster.world_size > 1
+        if ddp_kind is None and name == "auto" and (processes > 1 or launched):
+            ddp_kind = ("ddp", False)
+        if ddp_kind is not None:
+            base, find_unused = ddp_kind
+            ddp: DDPStrategy
+            if base == "ddp":
+                # one device outside a launcher trains exactly like one process: no group needed
+                if processes == 1 and not launched:
+                    return SingleDeviceStrategy(
+                        device=device, accelerator=self.accelerator, precision_plugin=precision_plugin
+                    )
+                ddp = DDPStrategy(accelerator=self.accelerator, precision_plugin=precision_plugin,
+                                  find_unused_parameters=find_unused)  # fmt: skip
+            else:
+                ddp = DDPSpawnStrategy(
+                    accelerator=self.accelerator, precision_plugin=precision_plugin, find_unused_parameters=find_unused,
+                    start_method="spawn" if base == "ddp_spawn" else "fork",
+                )  # fmt: skip
+                ddp.strategy_name = base
+            ddp.check_launch(len(self._devices), self.num_nodes, cluster)
             return ddp
-        # strategy='ddp' on one device outside a launcher trains exactly like one process: no group needed
-        if (name not in _STRATEGIES and name not in ddp_names) or processes > 1:
+        if processes > 1:
             raise MisconfigurationException(
-                f"strategy={strategy!r} with devices={len(self._devices)} and num_nodes={self.num_nodes} needs "
-                "multi-process training, which this version of fulmen does not run yet. Use devices=1, num_nodes=1."
+                f"strategy={strategy!r} runs one process, but devices={len(self._devices)} and "
+                f"num_nodes={self.num_nodes} ask for {processes}. Use strategy='ddp' (or 'auto'), or devices=1."
             )
         return SingleDeviceStrategy(
             device=device, accelerator=self.accelerator, precision_plugin=precision_plugin
         )
-
-    def _check_ddp_launch(self, strategy: DDPStrategy, launched: bool) -> None:
-        devices = len(self._devices)
-        if launched:
-            strategy.check_launch(devices, self.num_nodes)
-        elif self.num_nodes > 1:
-            raise MisconfigurationException(
-                f"num_nodes={self.num_nodes}: start the processes on every machine with a launcher, e.g. "
-                f"`torchrun --nnodes={self.num_nodes} --node_rank=<this machine> --nproc_per_node={devices} "
-                "--master_addr=<first machine> train.py` (fulmen starts processes itself on one machine only)."
-            )
-        else:  # like Lightning: this process is rank 0 and runs the script again for the other ranks
-            strategy.launch_here(devices)
 
     # -- properties users read ------------------------------------------------------------------------------
     @property
@@ -653,7 +671,13 @@ class Trainer:
     def _run(
         self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None = None
     ) -> Any:
-        """One fit/validate/test/predict; ``matmul_precision`` holds for the run and is restored after it."""
+        """One fit/validate/test/predict, in this process or in those the strategy starts for it."""
+        return self.strategy.launch(self, self._run_here, model, fn, ckpt_path, weights_only)
+
+    def _run_here(
+        self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None = None
+    ) -> Any:
+        """The stage in this process; ``matmul_precision`` holds for the run and is restored after it."""
         previous = torch.get_float32_matmul_precision()
         if self._matmul_precision is not None:
             torch.set_float32_matmul_precision(self._matmul_precision)

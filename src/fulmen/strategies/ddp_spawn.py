@@ -1,0 +1,181 @@
+"""``strategy="ddp_spawn"``: DDP in processes that ``torch.multiprocessing`` starts from inside ``fit``.
+
+The calling process only starts the workers and waits: each worker gets a pickled copy of the trainer and
+the module, joins the process group and runs the stage as under ``strategy="ddp"``. Rank 0 writes what the
+caller needs (the trained weights, the counters, the metrics, the callbacks' state and the stage's return
+value) to a private file, which the caller loads into its own trainer and module, so that code after
+``trainer.fit(model)`` sees the trained model as it would after a one-process run.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fulmen.accelerators import Accelerator
+from fulmen.callbacks.model_checkpoint import ModelCheckpoint
+from fulmen.precision import Precision
+from fulmen.strategies.ddp import DDPStrategy, _free_port
+from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterEnvironment
+from fulmen.utilities.exceptions import MisconfigurationException
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
+
+_START_METHODS = ("spawn", "fork", "forkserver")
+_RESULT_FILE = "rank0.pt"
+
+
+class DDPSpawnStrategy(DDPStrategy):
+    """DDP whose processes ``fit`` starts with ``torch.multiprocessing`` (``start_method`` 'spawn' by
+    default; 'fork' is what ``strategy="ddp_fork"``/``"ddp_notebook"`` use, e.g. in notebooks)."""
+
+    strategy_name = "ddp_spawn"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        precision_plugin: Precision | None = None,
+        start_method: str = "spawn",
+        **kwargs: Any,
+    ) -> None:
+        """``kwargs`` are DDPStrategy's: process_group_backend, timeout, find_unused_parameters, ..."""
+        if start_method not in _START_METHODS:
+            raise MisconfigurationException(
+                f"DDPSpawnStrategy(start_method={start_method!r}) is not a start method; use one of {_START_METHODS}."
+            )
+        super().__init__(accelerator=accelerator, precision_plugin=precision_plugin, **kwargs)
+        self.start_method = start_method
+        self._in_worker = False
+
+    def check_launch(self, devices: int, num_nodes: int, cluster: ClusterEnvironment | None) -> None:
+        if cluster is not None:
+            raise MisconfigurationException(
+                f"strategy={self.strategy_name!r} starts its own processes, but this one was already started by "
+                f"{cluster.launcher} (one of {cluster.world_size}). Use strategy='ddp' under a launcher."
+            )
+        if num_nodes > 1:
+            raise MisconfigurationException(
+                f"strategy={self.strategy_name!r} starts processes on this machine only, but num_nodes={num_nodes}. "
+                "For several machines use strategy='ddp' with torchrun or SLURM."
+            )
+        self._devices, self.num_nodes = devices, 1
+
+    def setup_environment(self) -> None:
+        if not self._in_worker:
+            raise MisconfigurationException(
+                f"strategy={self.strategy_name!r} runs inside the processes it starts; call trainer.fit/validate/"
+                "test/predict, which start them."
+            )
+        super().setup_environment()
+
+    # -- the launcher ----------------------------------------------------------------------------------
+    def launch(self, trainer: Trainer, function: Callable[..., Any], *args: Any) -> Any:
+        """Run ``function(*args)`` (the trainer's stage) in ``devices`` new processes; return rank 0's result
+        after loading its trained state into this process's trainer and module."""
+        if self._in_worker:
+            return function(*args)
+        import torch.multiprocessing as mp
+
+        if self.start_method == "fork" and torch.cuda.is_initialized():
+            raise MisconfigurationException(
+                f"strategy={self.strategy_name!r} forks this process, but CUDA is already initialised in it, and "
+                "a forked process cannot use CUDA then. Don't touch CUDA before fit(), or use strategy='ddp_spawn'."
+            )
+        env = {"MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
+               "MASTER_PORT": os.environ.get("MASTER_PORT") or str(_free_port()),
+               "WORLD_SIZE": str(self._devices), "LOCAL_WORLD_SIZE": str(self._devices), "GROUP_RANK": "0",
+               LAUNCHER_VARIABLE: self.strategy_name}  # fmt: skip
+        result_dir = tempfile.mkdtemp(prefix="fulmen-spawn-")
+        try:
+            try:
+                # pickled here, by value: torch.multiprocessing would pass tensors as shared memory, and every
+                # worker would then train the same parameter storage
+                job = pickle.dumps((function, args)) if self.start_method != "fork" else (function, args)
+                mp.start_processes(
+                    _worker, args=(env, job, result_dir), nprocs=self._devices, start_method=self.start_method
+                )
+            except mp.ProcessRaisedException as err:
+                raise RuntimeError(
+                    f"strategy={self.strategy_name!r}: the process of rank {err.error_index} failed; its error is "
+                    "above and below."
+                ) from err
+            except mp.ProcessExitedException as err:
+                raise RuntimeError(
+                    f"strategy={self.strategy_name!r}: the process of rank {err.error_index} exited with code "
+                    f"{err.exit_code} before the run ended."
+                ) from err
+            payload = torch.load(
+                os.path.join(result_dir, _RESULT_FILE), map_location="cpu", weights_only=False
+            )
+        finally:
+            shutil.rmtree(result_dir, ignore_errors=True)
+        return _recover(trainer, args[0], payload)
+
+
+def _worker(local_rank: int, env: dict[str, str], job: bytes | tuple[Any, Any], result_dir: str) -> None:
+    os.environ.update(env, RANK=str(local_rank), LOCAL_RANK=str(local_rank))
+    function, args = pickle.loads(job) if isinstance(job, bytes) else job
+    trainer = function.__self__  # type: ignore[attr-defined]
+    strategy = trainer.strategy
+    assert isinstance(strategy, DDPSpawnStrategy)
+    strategy._in_worker = True
+    result = function(*args)
+    if trainer.is_global_zero:
+        # written to a temporary name first: the caller never reads a half-written file
+        path = os.path.join(result_dir, _RESULT_FILE)
+        torch.save(_collect(trainer, result), path + ".tmp")
+        os.replace(path + ".tmp", path)
+    strategy.barrier()  # the file exists before any process ends
+    torch.distributed.destroy_process_group()
+
+
+def _collect(trainer: Trainer, result: Any) -> dict[str, Any]:
+    module = trainer.lightning_module
+    return {
+        "weights": module.state_dict() if module is not None else None,
+        "state": (trainer.state.status, trainer.state.fn, trainer.state.stage),
+        "progress": trainer._progress.state_dict(),
+        "should_stop": trainer.should_stop,
+        "metrics": {
+            "callback": _detach(trainer.callback_metrics),
+            "logged": _detach(trainer.logged_metrics),
+            "pbar": _detach(trainer._metrics.pbar),
+        },
+        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        "result": result,
+    }
+
+
+def _detach(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
+
+
+def _recover(trainer: Trainer, module: LightningModule, payload: dict[str, Any]) -> Any:
+    trainer.lightning_module = module
+    module.trainer = trainer
+    if payload["weights"] is not None:
+        module.load_state_dict(payload["weights"])
+    trainer.state.status, trainer.state.fn, trainer.state.stage = payload["state"]
+    trainer._progress.load_state_dict(payload["progress"])
+    trainer.should_stop = payload["should_stop"]
+    metrics = trainer._metrics
+    metrics.callback, metrics.logged, metrics.pbar = (
+        payload["metrics"]["callback"], payload["metrics"]["logged"], payload["metrics"]["pbar"]
+    )  # fmt: skip
+    states = payload["callbacks"]
+    for cb in trainer.callbacks:
+        state = states.get(cb.state_key)
+        if state is None:
+            continue
+        if isinstance(cb, ModelCheckpoint) and cb.dirpath is None and state.get("dirpath"):
+            cb.dirpath = state["dirpath"]  # resolved in the worker (under default_root_dir)
+        cb.load_state_dict(state)
+    return payload["result"]

@@ -1,0 +1,100 @@
+"""strategy='ddp_spawn' (and 'ddp_fork'): fit/validate start two processes with torch.multiprocessing; the
+caller's trainer and module end as after a one-process run on the global batch."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import fulmen
+from fulmen.strategies import DDPSpawnStrategy
+from fulmen.utilities.exceptions import MisconfigurationException
+from tests.strategies.ddp_model import Model, loader
+
+
+class ValModel(Model):
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.cross_entropy(self.net(x), y), sync_dist=True)
+
+
+class FailingOnRankOne(Model):
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and batch_idx == 2:
+            raise ValueError("a bug that only rank 1 hits")
+        return super().training_step(batch, batch_idx)
+
+
+def _trainer(tmp_path, strategy="ddp_spawn", devices=2, **kwargs) -> fulmen.Trainer:
+    options = {"max_epochs": 2, "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
+               "default_root_dir": tmp_path, **kwargs}  # fmt: skip
+    return fulmen.Trainer(accelerator="cpu", devices=devices, strategy=strategy, **options)
+
+
+@pytest.fixture(autouse=True)
+def _no_launcher_env(monkeypatch):
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def _single_run(model, **kwargs) -> fulmen.Trainer:
+    trainer = fulmen.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                             enable_checkpointing=False, **kwargs)  # fmt: skip
+    trainer.fit(model, loader(batch_size=8), loader(batch_size=8))
+    return trainer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork"])
+def test_spawned_fit_returns_the_trained_model_to_the_caller(tmp_path, strategy):
+    model = ValModel()
+    trainer = _trainer(tmp_path, strategy)
+    assert isinstance(trainer.strategy, DDPSpawnStrategy) and trainer.world_size == 2
+    trainer.fit(model, loader(batch_size=4), loader(batch_size=4))
+
+    single = ValModel()
+    reference = _single_run(single)
+    for name, value in single.state_dict().items():  # rank 0's weights, loaded into the caller's module
+        torch.testing.assert_close(model.state_dict()[name], value, rtol=0, atol=1e-6, msg=name)
+    assert trainer.state.finished and trainer.state.fn == "fit"
+    assert (
+        (trainer.global_step, trainer.current_epoch)
+        == (reference.global_step, reference.current_epoch)
+        == (16, 2)
+    )
+    for key in ("loss_epoch", "val_loss"):  # sync_dist: the global means, as one process computes them
+        assert float(trainer.callback_metrics[key]) == pytest.approx(
+            float(reference.callback_metrics[key]), abs=1e-6
+        )
+    best = trainer.checkpoint_callback.best_model_path  # the worker's ModelCheckpoint state came back too
+    assert best and os.path.isfile(best) and best.startswith(str(tmp_path))
+    saved = torch.load(best, weights_only=True)
+    assert saved["global_step"] == 16
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(saved["state_dict"][name], value, rtol=0, atol=0)
+
+    # the same trainer validates again in two new processes; the result is rank 0's (synced) metrics
+    results = trainer.validate(model, loader(batch_size=4))
+    assert results[0]["val_loss"] == pytest.approx(float(reference.callback_metrics["val_loss"]), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_failing_rank_is_named_and_ends_the_job(tmp_path):
+    with pytest.raises(RuntimeError, match="rank 1 failed") as info:
+        _trainer(tmp_path, max_epochs=1).fit(FailingOnRankOne(), loader(batch_size=4))
+    assert "a bug that only rank 1 hits" in str(info.value.__cause__)
+
+
+def test_spawn_strategy_checks(monkeypatch, tmp_path):
+    with pytest.raises(MisconfigurationException, match="machine only"):
+        _trainer(tmp_path, num_nodes=2)
+    with pytest.raises(MisconfigurationException, match="start method"):
+        DDPSpawnStrategy(start_method="thread")
+    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(MisconfigurationException, match="already started by torchrun"):
+        _trainer(tmp_path)
+    assert _trainer(tmp_path, strategy="ddp").strategy.strategy_name == "ddp"  # under a launcher: plain DDP
