@@ -7,6 +7,7 @@ final weights, the logged epoch values it sees and the number of samples it trai
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import torch
@@ -94,5 +95,26 @@ def main(outdir: str) -> None:
     torch.save(results, f"{outdir}/rank{rank}.pt")
 
 
+class KillRank(fulmen.Callback):
+    """SIGKILL for one rank in the middle of training: no exception, no clean-up, as when a machine dies."""
+
+    def __init__(self, rank: int, batch: int) -> None:
+        self.rank, self.batch = rank, batch
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_rank == self.rank and batch_idx == self.batch:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def killed_run(outdir: str, rank: int) -> None:
+    every_2 = fulmen.callbacks.ModelCheckpoint(dirpath=f"{outdir}/ckpt", every_n_train_steps=2, save_top_k=-1)
+    ddp_trainer(callbacks=[every_2, KillRank(rank, batch=5)], enable_checkpointing=True).fit(
+        Model(), loader(4)
+    )
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if "TEST_KILL_RANK" in os.environ:
+        killed_run(sys.argv[1], int(os.environ["TEST_KILL_RANK"]))
+    else:
+        main(sys.argv[1])

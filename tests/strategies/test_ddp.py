@@ -5,6 +5,7 @@ sync_dist logging)."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -155,6 +156,51 @@ def test_launch_checks(monkeypatch):
     custom = fulmen.Trainer(accelerator="cpu", devices=2, num_nodes=2, logger=False,
                             strategy=DDPStrategy(find_unused_parameters=True, static_graph=False))  # fmt: skip
     assert custom.strategy._ddp_kwargs["find_unused_parameters"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "fulmen"])
+@pytest.mark.parametrize("killed", [0, 1])
+def test_a_killed_rank_ends_the_job(tmp_path, launcher, killed):
+    """SIGKILL one rank mid-training: every process exits (no hang until the 30-minute process-group timeout),
+    the output names the rank, and the checkpoints written before remain loadable."""
+    script = str(ROOT / "tests" / "strategies" / "ddp_script.py")
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")
+    }
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TEST_KILL_RANK=str(killed))
+    if launcher == "torchrun":
+        command = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
+                   f"--master_port={_free_port()}", "--nproc_per_node=2", script, str(tmp_path)]  # fmt: skip
+    else:
+        command = [sys.executable, script, str(tmp_path)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            cwd=tmp_path, start_new_session=True)  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+    assert proc.returncode != 0, output[-3000:]
+    survivor = 1 - killed
+    if launcher == "torchrun":  # torchrun's report names the rank that died
+        assert f"rank      : {killed} (local_rank: {killed})" in output and "Signal 9 (SIGKILL)" in output, (
+            output
+        )
+    elif killed == 1:  # rank 0 started rank 1 and says what became of it
+        assert "rank 1 (pid" in output and "was killed by SIGKILL" in output, output[-3000:]
+    assert f"fulmen: rank {survivor} of 2" in output, output[-3000:]  # the survivor names itself
+    # no process of the job is left running (the session holds them all)
+    listing = subprocess.run(
+        ["ps", "-o", "stat=,pid=,args=", "-s", str(proc.pid)], capture_output=True, text=True
+    )
+    alive = [line for line in listing.stdout.splitlines() if not line.startswith("Z")]  # zombies have ended
+    assert alive == [], alive
+    from fulmen.utilities import checkpoint_io
+
+    written = sorted((tmp_path / "ckpt").glob("*.ckpt"))
+    assert [p.name for p in written] == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt"]
+    for path in written:
+        assert checkpoint_io.load(path, map_location="cpu", weights_only=True)["global_step"] in (2, 4)
 
 
 def _clear_launcher_env(monkeypatch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from datetime import timedelta
@@ -77,6 +78,24 @@ def launch_local_ranks(devices: int) -> list[subprocess.Popen[bytes]]:
 def _wait_for(children: list[subprocess.Popen[bytes]]) -> None:
     for child in children:
         child.wait()
+    for line in _ended_children(children):
+        if line not in _REPORTED:
+            print(f"fulmen: {line}", file=sys.stderr, flush=True)
+
+
+_REPORTED: set[str] = set()  # children's ends already told in a rank's error message
+
+
+def _ended_children(children: list[subprocess.Popen[bytes]]) -> list[str]:
+    """What the local ranks this process started and that already failed died of."""
+    ended = []
+    for rank, child in enumerate(children, start=1):
+        code = child.poll()
+        if code is None or code == 0:
+            continue
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        ended.append(f"rank {rank} (pid {child.pid}) {how}")
+    return ended
 
 
 def _free_port() -> int:
@@ -237,6 +256,26 @@ class DDPStrategy(Strategy):
     def teardown(self) -> None:
         self._model = self._lightning_module
         super().teardown()
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Say which rank failed, and end this process's part of the group at once: the other ranks' next
+        collective then fails within moments instead of waiting out the process-group timeout."""
+        where = f"rank {self.global_rank} of {self.world_size} (node {self.node_rank}, local rank {self.local_rank})"
+        dead = _ended_children(self._children)
+        _REPORTED.update(dead)
+        if dead:
+            cause = "; ".join(dead)
+            hint = f"{cause}; this rank's error follows from that."
+        elif isinstance(exception, dist.DistBackendError) or "Connection closed by peer" in str(exception):
+            hint = "another rank of this job probably ended first: look for its error (or the launcher's report)."
+        else:
+            hint = ""
+        print(f"fulmen: {where} failed with {type(exception).__name__}: {exception}" + (f"\n  {hint}" if hint else ""),
+              file=sys.stderr, flush=True)  # fmt: skip
+        if hasattr(exception, "add_note"):  # Python >= 3.11
+            exception.add_note(f"(raised on {where}{'; ' + hint if hint else ''})")
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
     # -- steps ------------------------------------------------------------------------------------------
     def training_step(self, *args: Any, **kwargs: Any) -> Any:

@@ -108,9 +108,10 @@ class DDPSpawnStrategy(DDPStrategy):
                     "above and below."
                 ) from err
             except mp.ProcessExitedException as err:
+                how = f"was killed by {err.signal_name}" if err.signal_name else f"exited with code {err.exit_code}"
                 raise RuntimeError(
-                    f"strategy={self.strategy_name!r}: the process of rank {err.error_index} exited with code "
-                    f"{err.exit_code} before the run ended."
+                    f"strategy={self.strategy_name!r}: the process of rank {err.error_index} {how} before the run "
+                    "ended; the other processes were stopped."
                 ) from err
             payload = torch.load(
                 os.path.join(result_dir, _RESULT_FILE), map_location="cpu", weights_only=False

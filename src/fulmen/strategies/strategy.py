@@ -110,6 +110,9 @@ class Strategy:
     def teardown(self) -> None:
         self._trainer = None
 
+    def on_exception(self, exception: BaseException) -> None:
+        """The run raised ``exception`` (not an interrupt); called before the callbacks hear of it."""
+
     # -- data ------------------------------------------------------------------------------------------
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
         model = self._lightning_module

@@ -724,6 +724,8 @@ class Trainer:
             return result
         except BaseException as exception:
             self.state.status = TrainerStatus.INTERRUPTED
+            if not isinstance(exception, (SignalInterrupt, KeyboardInterrupt)):
+                self.strategy.on_exception(exception)  # e.g. DDP: name the rank, release the other ranks
             self._hooks.call_callbacks("on_exception", exception)
             self._hooks.call_datamodule("on_exception", exception)
             if isinstance(exception, SignalInterrupt):
