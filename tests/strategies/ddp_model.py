@@ -57,3 +57,20 @@ def gan_loader(batch_size: int) -> DataLoader:
     g = torch.Generator().manual_seed(7)
     data = TensorDataset(torch.randn(48, 6, generator=g), torch.randn(48, 4, generator=g))
     return DataLoader(data, batch_size=batch_size)
+
+
+class StopsOnOneRank(Model):
+    """Rank 1 alone sets trainer.should_stop in the middle of epoch 0 (a local decision)."""
+
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and self.current_epoch == 0 and batch_idx == 2:
+            self.trainer.should_stop = True
+        return super().training_step(batch, batch_idx)
+
+
+class RankScore(Model):
+    """Logs a score without sync_dist that only improves on rank 0: EarlyStopping decides differently per rank."""
+
+    def on_train_epoch_end(self):
+        score = -float(self.current_epoch) if self.global_rank == 0 else 0.0
+        self.log("score", score, rank_zero_only=False)

@@ -6,6 +6,8 @@ final weights, the logged epoch values it sees and the number of samples it trai
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import sys
@@ -13,7 +15,7 @@ import sys
 import torch
 
 import fulmen
-from tests.strategies.ddp_model import CASES, GAN, Model, gan_loader, loader
+from tests.strategies.ddp_model import CASES, GAN, Model, RankScore, StopsOnOneRank, gan_loader, loader
 
 # two processes: two devices on one node, or (a simulated two-machine run) one device on each of two nodes
 LAYOUT = {
@@ -91,8 +93,35 @@ def main(outdir: str) -> None:
     trainer.fit(gan, gan_loader(batch_size=4))
     results["gan"] = {"weights": gan.state_dict(), "global_step": trainer.global_step,
                       "no_sync_blocks": len(blocked), "reductions": len(reductions), "d_loss": float(trainer.callback_metrics["d_loss"])}  # fmt: skip
+    # stop decisions agreed between ranks: a should_stop only rank 1 sets mid-epoch, and an EarlyStopping that
+    # would stop on rank 1 only; both ranks must stop together (or one would wait for the other forever)
+    for case, model, callbacks in (("local_stop", StopsOnOneRank(), []),
+                                   ("early_stopping", RankScore(), [fulmen.callbacks.EarlyStopping("score", patience=1)])):  # fmt: skip
+        trainer = ddp_trainer(max_epochs=5, callbacks=callbacks)
+        trainer.fit(model, loader(batch_size=4))
+        results[case] = {"global_step": trainer.global_step, "current_epoch": trainer.current_epoch,
+                         "should_stop": trainer.should_stop}  # fmt: skip
+    results["rank_zero"] = rank_zero_run(outdir)
+    results["outdir"] = outdir
     rank = torch.distributed.get_rank()
     torch.save(results, f"{outdir}/rank{rank}.pt")
+
+
+def rank_zero_run(outdir: str) -> dict:
+    """Loggers, progress bar, model summary, trainer.print and save_checkpoint on every rank; what each rank
+    printed is captured (torchrun mixes both ranks' output otherwise)."""
+    from fulmen.loggers import CSVLogger, TensorBoardLogger
+
+    rank = torch.distributed.get_rank()
+    loggers = [CSVLogger(f"{outdir}/logs", version=0), TensorBoardLogger(f"{outdir}/tb", version=0)]
+    trainer = fulmen.Trainer(accelerator="cpu", **LAYOUT, strategy="ddp", max_epochs=2, logger=loggers,
+                             log_every_n_steps=2, enable_checkpointing=False)  # fmt: skip
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        trainer.fit(Model(), loader(batch_size=4))
+        trainer.print("hello from trainer.print")
+        trainer.save_checkpoint(f"{outdir}/manual_rank{rank}.ckpt")
+    return {"stdout": out.getvalue(), "stderr": err.getvalue(), "pid": os.getpid()}
 
 
 class KillRank(fulmen.Callback):

@@ -131,6 +131,36 @@ def test_seed_gan_with_toggle_model_under_ddp(ddp_results):
             torch.testing.assert_close(result["weights"][name], value, rtol=0, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow
+def test_stop_decisions_are_agreed_between_ranks(ddp_results):
+    """A should_stop set by one rank mid-epoch stops every rank at that epoch's end (no collective per batch);
+    an EarlyStopping that only one rank's metric triggers stops both at the same epoch."""
+    for rank in (0, 1):
+        assert ddp_results[rank]["local_stop"] == {"global_step": 8, "current_epoch": 1, "should_stop": True}
+        assert ddp_results[rank]["early_stopping"] == {
+            "global_step": 16,
+            "current_epoch": 2,
+            "should_stop": True,
+        }
+
+
+@pytest.mark.slow
+def test_only_rank_zero_logs_prints_and_saves(ddp_results, tmp_path_factory):
+    """Loggers write, the progress bar and model summary show, trainer.print prints and save_checkpoint writes
+    on global rank 0 only; the other rank is silent."""
+    first, second = (ddp_results[rank]["rank_zero"] for rank in (0, 1))
+    for text in ("Trainable params", "Epoch 1: 100%", "hello from trainer.print"):  # summary, bar, print
+        assert text in first["stdout"]
+    assert second["stdout"] == "" and "Epoch" not in second["stderr"], second
+    out = Path(ddp_results[0]["outdir"])
+    assert (out / "manual_rank0.ckpt").is_file() and not (out / "manual_rank1.ckpt").exists()
+    events = list((out / "tb" / "lightning_logs" / "version_0").glob("events.out.tfevents.*"))
+    assert events and all(f".{first['pid']}." in e.name for e in events)  # written by rank 0's process
+    rows = (out / "logs" / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
+    # one row per logging step (every 2nd of 16) and per epoch end, once: nothing written twice
+    assert len(rows) == 1 + 8 + 2, rows
+
+
 def test_launch_checks(monkeypatch):
     from fulmen.strategies.ddp import DDPStrategy, launch_local_ranks
     from fulmen.utilities.exceptions import MisconfigurationException

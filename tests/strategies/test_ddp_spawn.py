@@ -89,7 +89,9 @@ def test_a_failing_rank_is_named_and_ends_the_job(tmp_path):
     assert "a bug that only rank 1 hits" in str(info.value.__cause__)
     # a rank that dies without a word (SIGKILL, as when its machine fails) ends the job too
     with pytest.raises(RuntimeError, match="rank 1 was killed by SIGKILL"):
-        _trainer(tmp_path, max_epochs=1, callbacks=[KillRank(rank=1, batch=3)]).fit(Model(), loader(batch_size=4))
+        _trainer(tmp_path, max_epochs=1, callbacks=[KillRank(rank=1, batch=3)]).fit(
+            Model(), loader(batch_size=4)
+        )
 
 
 def test_spawn_strategy_checks(monkeypatch, tmp_path):

@@ -66,6 +66,7 @@ class EvaluationLoop:
                     trainer._metrics.on_eval_step_end(self.results)
             self.results.dataloader_idx = None
             trainer._metrics.epoch_end = True
+            self.results.reduce_epoch()  # sync_dist values reduced here, where every rank is
             hooks.call_callbacks(f"on_{stage}_epoch_end")
             hooks.call_module(f"on_{stage}_epoch_end")
             output_metrics = trainer._metrics.on_eval_epoch_end(self.results, len(dataloaders))

@@ -95,7 +95,7 @@ class FitLoop:
         if _reached(progress.current_epoch, self.max_epochs):
             self._stop_reason = f"`max_epochs={self.max_epochs}` reached"
             return True
-        if trainer.should_stop and self.can_stop_early:
+        if trainer._stopping and self.can_stop_early:
             self._stop_reason = "`trainer.should_stop` was set"
             return True
         return False
@@ -247,6 +247,7 @@ class FitLoop:
                 param.grad = None if grad is None else grad.to(param.device, copy=True)
         trainer._metrics.callback.update(state.get("callback_metrics") or {})
         trainer.should_stop = bool(state.get("should_stop", False))
+        trainer._stop_agreed = True  # every rank loaded the same checkpoint
 
     def _finish_interrupted_epoch(self, state: dict[str, Any]) -> None:
         """Run what the interrupted run had left of its epoch when the checkpoint was written."""
@@ -306,12 +307,14 @@ class FitLoop:
         if hooks:
             dispatch = trainer._hooks
             trainer._metrics.epoch_end = True  # from here on, reads of callback_metrics see epoch aggregates
+            self.results.reduce_epoch()  # sync_dist values reduced here, where every rank is
             if self.epoch_loop._collect_outputs:  # the 1.x hook, only when overridden: outputs cost memory
                 dispatch.call_module("training_epoch_end", self.epoch_loop.epoch_end_outputs())
             dispatch.call_callbacks("on_train_epoch_end", monitoring=False)
             dispatch.call_module("on_train_epoch_end")
             dispatch.call_callbacks("on_train_epoch_end", monitoring=True)
             trainer._metrics.on_train_epoch_end(self.results)
+        trainer._agree_to_stop()
         if not hooks or self.epoch_loop.num_ready_batches_reached():
             self.epoch_loop.update_lr_schedulers("epoch", plateau=True)
         trainer._progress.current_epoch += 1

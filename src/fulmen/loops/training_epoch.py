@@ -49,7 +49,7 @@ class TrainingEpochLoop:
             return True
         if progress.batch_idx == trainer.num_training_batches or self._is_last_batch:  # all batches ran
             return True
-        if trainer.should_stop:
+        if trainer._stopping:
             if trainer.fit_loop.can_stop_early:
                 return True
             cfg = trainer._loop_config
@@ -123,6 +123,7 @@ class TrainingEpochLoop:
             return
         while True:
             fit.phase = "between"
+            trainer._stop_agreed = False  # a should_stop set from here on waits for the next agreement
             try:
                 batch, self._is_last_batch = next(batches)
             except StopIteration:
@@ -182,6 +183,7 @@ class TrainingEpochLoop:
         if run_validation:
             trainer.fit_loop.phase = "validation"
             trainer._run_validation_in_fit()
+            trainer._agree_to_stop()
         if trainer.lr_scheduler_configs:
             self.update_lr_schedulers("step", plateau=True)
         module = trainer.lightning_module
@@ -207,7 +209,7 @@ class TrainingEpochLoop:
             return False
         val_check_batch = trainer.val_check_batch
         if (self._is_last_batch and val_check_batch == math.inf) or (
-            trainer.should_stop and trainer.fit_loop.can_stop_early
+            trainer._stopping and trainer.fit_loop.can_stop_early
         ):
             due = True
         elif val_check_batch == math.inf:

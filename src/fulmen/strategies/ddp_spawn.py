@@ -108,7 +108,11 @@ class DDPSpawnStrategy(DDPStrategy):
                     "above and below."
                 ) from err
             except mp.ProcessExitedException as err:
-                how = f"was killed by {err.signal_name}" if err.signal_name else f"exited with code {err.exit_code}"
+                how = (
+                    f"was killed by {err.signal_name}"
+                    if err.signal_name
+                    else f"exited with code {err.exit_code}"
+                )
                 raise RuntimeError(
                     f"strategy={self.strategy_name!r}: the process of rank {err.error_index} {how} before the run "
                     "ended; the other processes were stopped."

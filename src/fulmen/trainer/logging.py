@@ -139,12 +139,14 @@ class ResultMetric:
         self._computed: torch.Tensor | None = None
         self.updated = False
 
-    def update(self, value: torch.Tensor, batch_size: int | torch.Tensor) -> None:
+    def update(self, value: torch.Tensor, batch_size: int | torch.Tensor, sync: _Sync | None = None) -> None:
         meta = self.meta
         self.updated = True
         self._computed = None
         if meta.on_step:
-            self.step_value = value
+            # reduced when logged, where every process logs it: reading it later never communicates
+            synced = meta.sync_dist and sync is not None
+            self.step_value = sync(value, _step_op(meta.reduce_fx)) if synced else value  # type: ignore[misc]
         if not meta.on_epoch:
             return
         reduce = meta.reduce_fx
@@ -170,7 +172,9 @@ class ResultMetric:
             cache = getattr(metric, "_forward_cache", None)
             self.step_value = cache if isinstance(cache, torch.Tensor) else None
 
-    def compute(self, sync: Callable[[torch.Tensor, str], torch.Tensor] | None) -> torch.Tensor | None:
+    def compute(self, sync: _Sync | None) -> torch.Tensor | None:
+        """The epoch value. ``sync=None`` (a read between the reduction points) gives this process's value
+        of a ``sync_dist`` key without keeping it: only a reduced value is kept."""
         if self._computed is not None:
             return self._computed
         if self.metric is not None:
@@ -187,14 +191,16 @@ class ResultMetric:
             value = self.epoch_acc
             if self.meta.sync_dist and sync is not None:
                 value = sync(value, self.meta.reduce_fx)
-        self._computed = value
+        if sync is not None or not self.meta.sync_dist:
+            self._computed = value
         return value
 
-    def step(self, sync: Callable[[torch.Tensor, str], torch.Tensor] | None) -> torch.Tensor | None:
-        value = self.step_value
-        if value is not None and self.meta.sync_dist and sync is not None:
-            value = sync(value, "mean" if self.meta.reduce_fx == "mean" else self.meta.reduce_fx)
-        return value
+
+_Sync = Callable[[torch.Tensor, str], torch.Tensor]
+
+
+def _step_op(reduce_fx: Any) -> str:
+    return reduce_fx if reduce_fx in ("sum", "max", "min") else "mean"
 
 
 def _acc_dtype(value: torch.Tensor) -> torch.dtype:
@@ -272,7 +278,7 @@ class ResultCollection:
         bs: int | torch.Tensor = 1
         if meta.on_epoch and meta.reduce_fx == "mean" and result.metric is None:
             bs = batch_size if batch_size is not None else self._current_batch_size()
-        result.update(value, bs)
+        result.update(value, bs, self.sync)
 
     def _make_meta(
         self, fx: str, name: str, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
@@ -340,12 +346,18 @@ class ResultCollection:
         return torch.tensor(value, device=device, dtype=torch.get_default_dtype())
 
     # -- reading ------------------------------------------------------------------------------------
-    def metrics(self, epoch: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        """(callback, logger, progress bar) metrics: step values, or epoch values when ``epoch``."""
+    def metrics(
+        self, epoch: bool, reading: bool = False
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """(callback, logger, progress bar) metrics: step values, or epoch values when ``epoch``.
+
+        ``reading``: a read that may happen on some processes only (a callback's, the progress bar's on rank
+        0): it must not start a collective, which the other processes would never join.
+        """
         callback: dict[str, Any] = {}
         log: dict[str, Any] = {}
         pbar: dict[str, Any] = {}
-        sync = self.sync
+        sync = None if reading else self.sync
         for result in self.items.values():
             meta = result.meta
             if epoch:
@@ -356,7 +368,7 @@ class ResultCollection:
             else:
                 if not meta.on_step or result.step_value is None:
                     continue
-                value = result.step(sync)
+                value = result.step_value
                 forked = meta.step_name
             if value is None:
                 continue
@@ -367,6 +379,13 @@ class ResultCollection:
             if meta.prog_bar:
                 pbar[forked] = value
         return callback, log, pbar
+
+    def reduce_epoch(self) -> None:
+        """Reduce every epoch value now, on every process: called where all processes are (an epoch's end,
+        before its hooks read the values)."""
+        for result in self.items.values():
+            if result.meta.on_epoch and result.updated:
+                result.compute(self.sync)
 
     def reset(self) -> None:
         for result in self.items.values():
@@ -409,14 +428,14 @@ class MetricsHub:
     def current_callback_metrics(self) -> dict[str, Any]:
         results = self.trainer._results
         if results is not None and results.items:
-            callback, _, _ = results.metrics(epoch=self.epoch_end)
+            callback, _, _ = results.metrics(epoch=self.epoch_end, reading=True)
             self.callback.update(callback)
         return self.callback
 
     def current_pbar_metrics(self) -> dict[str, Any]:
         results = self.trainer._results
         if results is not None and results.items:
-            _, _, pbar = results.metrics(epoch=self.epoch_end)
+            _, _, pbar = results.metrics(epoch=self.epoch_end, reading=True)
             self.pbar.update(pbar)
         return self.pbar
 

@@ -180,6 +180,7 @@ class Trainer:
         self._accumulate_grad_batches = self._loop_config.accumulate_grad_batches
         self._progress = FitProgress()
         self.should_stop = False
+        self._stop_agreed = False  # should_stop is the same on every rank (see _agree_to_stop)
         self.num_training_batches: int | float = float("inf")
         self.val_check_batch: int | float = float("inf")
         self.num_sanity_val_batches: list[int | float] = []
@@ -696,6 +697,7 @@ class Trainer:
         if fn == TrainerFn.FITTING:  # a GradientAccumulationScheduler of an earlier fit changed it
             self._accumulate_grad_batches = self._loop_config.accumulate_grad_batches
         self.should_stop = False
+        self._stop_agreed = False
         self.lightning_module = model
         model.trainer = self
         self.strategy.connect(model)
@@ -958,6 +960,19 @@ class Trainer:
         self.strategy.teardown()
         self._results = None
         self._signals.restore()
+
+    # -- stopping, agreed between processes ----------------------------------------------------------------
+    def _agree_to_stop(self) -> None:
+        """Every rank stops if any rank set ``should_stop``. Asked after each validation run and at each epoch
+        end, where ranks wait for each other anyway: no collective per batch. A stop set mid-epoch by one rank
+        (say in its training_step) so takes effect on all ranks at the next of these points."""
+        self.should_stop = self.strategy.reduce_boolean_decision(self.should_stop, all=False)
+        self._stop_agreed = True
+
+    @property
+    def _stopping(self) -> bool:
+        """``should_stop`` as the loops read it: with several processes, only once the ranks agreed on it."""
+        return self.should_stop and (self._stop_agreed or self.strategy.world_size == 1)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         if self.is_global_zero:
