@@ -1,6 +1,10 @@
-"""The module and data of the DDP tests, shared by the torchrun script and the single-process reference."""
+"""The modules and data of the DDP tests, shared by the torchrun scripts (fulmen's and Lightning's) and the
+single-process references. The modules are built on a framework namespace (fulmen or lightning.pytorch) so
+that both frameworks run the same user code."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
@@ -11,46 +15,53 @@ import fulmen
 CASES = {"plain": {}, "accumulate": {"accumulate_grad_batches": 2}}
 
 
-class Model(fulmen.LightningModule):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
-        self.samples = 0
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        self.samples += len(x)
-        loss = nn.functional.cross_entropy(self.net(x), y)
-        self.log("loss", loss, on_step=True, on_epoch=True, sync_dist=True)
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.3, momentum=0.9)
-
-
-def loader(batch_size: int) -> DataLoader:
-    g = torch.Generator().manual_seed(5)
-    data = TensorDataset(torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g))
-    return DataLoader(data, batch_size=batch_size)
-
-
-def _toggled_gan() -> type:
+def model_classes(pl: Any) -> tuple[type, type]:
+    """(Model, GAN) subclassing ``pl.LightningModule``."""
     from tests.core.optimization_examples import examples
 
-    return examples(fulmen)["ToggledGAN"]
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+            self.samples = 0
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            self.samples += len(x)
+            loss = nn.functional.cross_entropy(self.net(x), y)
+            self.log("loss", loss, on_step=True, on_epoch=True, sync_dist=True)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.3, momentum=0.9)
+
+    class GAN(examples(pl)["ToggledGAN"]):  # type: ignore[misc]
+        """Seed 001's GAN (manual optimization, toggle_model(sync_grad=...) accumulating over two batches).
+        Its noise comes with the data instead of from each process's random generator, so that two processes
+        and one process on the global batch draw the same noise for the same samples."""
+
+        def on_train_batch_start(self, batch, batch_idx):
+            self._noise = batch[1]
+
+        def sample_z(self, n):
+            return self._noise[:n]
+
+    return Model, GAN
 
 
-class GAN(_toggled_gan()):  # type: ignore[misc]
-    """Seed 001's GAN (manual optimization, toggle_model(sync_grad=...) accumulating over two batches). Its
-    noise comes with the data instead of from each process's random generator, so that two processes and one
-    process on the global batch draw the same noise for the same samples."""
+def _module_level(cls: type) -> type:
+    cls.__qualname__ = cls.__name__  # picklable by name (ddp_spawn pickles the module for its workers)
+    return cls
 
-    def on_train_batch_start(self, batch, batch_idx):
-        self._noise = batch[1]
 
-    def sample_z(self, n):
-        return self._noise[:n]
+Model, GAN = (_module_level(cls) for cls in model_classes(fulmen))
+
+
+def loader(batch_size: int, shuffle: bool = False) -> DataLoader:
+    g = torch.Generator().manual_seed(5)
+    data = TensorDataset(torch.randn(64, 6, generator=g), torch.randint(0, 3, (64,), generator=g))
+    return DataLoader(data, batch_size=batch_size, shuffle=shuffle)
 
 
 def gan_loader(batch_size: int) -> DataLoader:

@@ -77,6 +77,10 @@ def main(outdir: str) -> None:
             "no_sync_batches": len(blocked),
             "reductions": len(reductions),
         }
+    # a shuffled training loader: DistributedSampler(shuffle=True), reshuffled each epoch (compared with Lightning)
+    model = Model()
+    ddp_trainer().fit(model, loader(batch_size=4, shuffle=True))
+    results["shuffled"] = {"weights": model.state_dict()}
     # checkpoint + resume: rank 0 writes the mid-epoch checkpoints, every rank resumes from one
     every_5 = fulmen.callbacks.ModelCheckpoint(dirpath=f"{outdir}/ckpt", every_n_train_steps=5, save_top_k=-1)
     ddp_trainer(callbacks=[every_5], enable_checkpointing=True).fit(Model(), loader(batch_size=4))

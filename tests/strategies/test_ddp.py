@@ -101,6 +101,32 @@ def test_two_processes_train_like_one_on_the_global_batch(ddp_results, case):
         assert result["loss_epoch"] == pytest.approx(float(trainer.callback_metrics["loss_epoch"]), abs=1e-6)
 
 
+@pytest.fixture(scope="module")
+def lightning_ddp(tmp_path_factory):
+    """The same cases trained by Lightning's DDP (2 processes under torchrun, gloo): the oracle."""
+    pytest.importorskip("lightning")
+    out = tmp_path_factory.mktemp("lightning_ddp")
+    script = str(ROOT / "tests" / "strategies" / "ddp_lightning_script.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    command = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
+               f"--master_port={_free_port()}", "--nproc_per_node=2", script, str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=out, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [torch.load(out / f"lightning_rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+@pytest.mark.slow
+def test_same_weights_as_lightning_ddp(ddp_results, lightning_ddp):
+    for rank in (0, 1):
+        for case in [*CASES, "gan", "shuffled"]:
+            ours = ddp_results[rank][case]["weights"]
+            theirs = lightning_ddp[rank][case]
+            assert not isinstance(theirs, str), theirs
+            for name, value in theirs.items():
+                torch.testing.assert_close(ours[name], value, rtol=0, atol=1e-6, msg=f"{case}: {name}")
+
+
 @pytest.mark.slow
 def test_checkpoint_and_resume_under_ddp(ddp_results):
     """Checkpoints written once (rank 0) mid-epoch, loaded by both ranks: the resumed run ends where the
