@@ -40,7 +40,16 @@ class CPUAccelerator(Accelerator):
         return True
 
     def parse_devices(self, devices: Any) -> list[torch.device]:
-        count = _device_count(devices, available=1, name="cpu", allow_indices=False)
+        """On CPUs, ``devices`` is a number of processes (``'auto'``: one)."""
+        if devices == "auto":
+            return [torch.device("cpu")]
+        count = _as_count(devices)
+        if count is None or count == -1:
+            raise MisconfigurationException(
+                f"devices={devices!r} with accelerator='cpu': on CPUs devices is the number of processes to train "
+                "in (one per device under DDP), e.g. devices=2, or 'auto' (one). CPUs have no device indices, and "
+                "-1 ('all devices') does not say how many processes to start."
+            )
         return [torch.device("cpu")] * count
 
 
@@ -56,18 +65,29 @@ class CUDAAccelerator(Accelerator):
         return torch.cuda.device_count()
 
     def parse_devices(self, devices: Any) -> list[torch.device]:
+        """A number of GPUs (the first ones), -1 / ``'auto'`` for all, or indices: ``[0, 2]``, ``'0,2'``, ``'1,'``."""
         available = torch.cuda.device_count()
-        if isinstance(devices, (list, tuple)) or (isinstance(devices, str) and "," in devices):
-            indices = _index_list(devices)
-            bad = [i for i in indices if i < 0 or i >= available]
-            if bad:
+        if devices == "auto":
+            return [torch.device("cuda", i) for i in range(max(1, available))]
+        count = _as_count(devices)
+        if count == -1:
+            return [torch.device("cuda", i) for i in range(available)]
+        if count is not None:
+            if count > available:
                 raise MisconfigurationException(
-                    f"devices={devices!r} names CUDA devices {bad}, but this machine has {available} "
-                    f"(indices 0..{available - 1})."
+                    f"devices={devices!r} asks for {count} CUDA devices, but this machine has {available}. Use "
+                    f"devices={available} (or -1 for all), or name them by index, e.g. devices=[0]."
                 )
-            return [torch.device("cuda", i) for i in indices]
-        count = _device_count(devices, available=available, name="cuda", allow_indices=True)
-        return [torch.device("cuda", i) for i in range(count)]
+            return [torch.device("cuda", i) for i in range(count)]
+        indices = _as_indices(devices)
+        bad = [i for i in indices if not 0 <= i < available]
+        if bad or len(set(indices)) != len(indices):
+            problem = f"names CUDA devices {bad} that do not exist" if bad else "names a device twice"
+            raise MisconfigurationException(
+                f"devices={devices!r} {problem}: this machine has {available} (indices 0..{available - 1}). "
+                "Give distinct indices of existing devices."
+            )
+        return [torch.device("cuda", i) for i in indices]
 
     def setup_device(self, device: torch.device) -> None:
         torch.cuda.set_device(device)
@@ -82,48 +102,47 @@ class MPSAccelerator(Accelerator):
         return bool(mps is not None and mps.is_available())
 
     def parse_devices(self, devices: Any) -> list[torch.device]:
-        count = _device_count(devices, available=1, name="mps", allow_indices=False)
-        return [torch.device("mps", 0)] * count
+        if devices in ("auto", 1, -1, "1", "-1", [0], (0,), "0,"):
+            return [torch.device("mps", 0)]
+        raise MisconfigurationException(
+            f"devices={devices!r} with accelerator='mps': Apple silicon has one MPS device. Use devices=1 or 'auto'."
+        )
 
 
-def _index_list(devices: Any) -> list[int]:
+def _as_count(devices: Any) -> int | None:
+    """``devices`` as a number of devices (-1: all), or ``None`` when it lists indices."""
+    if isinstance(devices, (list, tuple)) or (isinstance(devices, str) and "," in devices):
+        return None
     if isinstance(devices, str):
-        return [int(x) for x in devices.split(",") if x.strip()]
-    return [int(x) for x in devices]
-
-
-def _device_count(devices: Any, available: int, name: str, allow_indices: bool) -> int:
-    """Number of devices asked for; 'auto' means all that exist (1 for CPU and MPS)."""
-    if devices == "auto":
-        return max(1, available) if name != "cpu" else 1
-    if isinstance(devices, str):
-        text = devices.strip()
         try:
-            devices = int(text)
+            devices = int(devices.strip())
         except ValueError:
             raise MisconfigurationException(
-                f"devices={devices!r} is not understood. Use an int, -1 (all), 'auto', a list of indices "
-                "or a comma-separated string like '0,1'."
+                f"devices={devices!r} is not understood. Use a number of devices, -1 (all), 'auto', a list of "
+                "indices or a comma-separated string of indices like '0,1'."
             ) from None
-    if isinstance(devices, (list, tuple)):
-        if not allow_indices and name != "cpu":
-            return len(devices)
-        return len(devices)
     if isinstance(devices, bool) or not isinstance(devices, int):
         raise MisconfigurationException(
-            f"devices={devices!r} must be an int, a list of ints, a string or 'auto'."
+            f"devices={devices!r} must be an int, a list of ints, a string such as '2' or '0,1', or 'auto'."
         )
-    if devices == -1:
-        return max(1, available)
-    if devices <= 0:
+    if devices == 0 or devices < -1:
         raise MisconfigurationException(
             f"devices={devices!r} is not valid: use a positive number of devices, -1 for all, or 'auto'."
         )
-    if name != "cpu" and devices > available:
-        raise MisconfigurationException(
-            f"devices={devices!r} asks for {devices} {name.upper()} devices, but {available} are available."
-        )
     return devices
+
+
+def _as_indices(devices: Any) -> list[int]:
+    try:
+        items = devices.split(",") if isinstance(devices, str) else list(devices)
+        indices = [int(x) for x in items if not isinstance(x, str) or x.strip()]
+    except (TypeError, ValueError):
+        indices = []
+    if not indices or any(isinstance(x, bool) for x in devices):
+        raise MisconfigurationException(
+            f"devices={devices!r} is not a list of device indices: use e.g. [0, 1] or '0,1'."
+        )
+    return indices
 
 
 def select_accelerator(accelerator: str | Accelerator) -> Accelerator:
@@ -167,8 +186,57 @@ def select_accelerator(accelerator: str | Accelerator) -> Accelerator:
                 "Use accelerator='cpu'."
             )
         return MPSAccelerator()
-    package = "torch_xla" if name == "tpu" else "habana_frameworks"
-    raise MisconfigurationException(
-        f"accelerator={accelerator!r} needs the `{package}` package, which is not installed here. "
-        f"Install it on a machine with that hardware, or use accelerator='cpu' / 'gpu'."
-    )
+    plugin = XLAAccelerator if name == "tpu" else HPUAccelerator
+    if not plugin.is_available():
+        raise MisconfigurationException(
+            f"accelerator={accelerator!r} needs the `{plugin.package}` package ({plugin.install}), which is not "
+            "installed here. Install it on a machine with that hardware, or use accelerator='cpu' / 'gpu'."
+        )
+    return plugin()
+
+
+class _OneDeviceAccelerator(Accelerator):
+    """Hardware reached through a vendor package that fulmen drives on one device only (TPU, Gaudi HPU):
+    the vendors' multi-device launchers are not wired in."""
+
+    package = ""
+    install = ""
+
+    @classmethod
+    def is_available(cls) -> bool:
+        import importlib.util
+
+        return importlib.util.find_spec(cls.package) is not None
+
+    def device(self) -> torch.device:
+        raise NotImplementedError
+
+    def parse_devices(self, devices: Any) -> list[torch.device]:
+        if devices in ("auto", 1, "1"):
+            return [self.device()]
+        raise MisconfigurationException(
+            f"devices={devices!r} with accelerator={self.name!r}: fulmen trains on one {self.name.upper()} device "
+            "(devices=1); several need the vendor's own launcher, which fulmen does not drive."
+        )
+
+
+class XLAAccelerator(_OneDeviceAccelerator):
+    name = "tpu"
+    package = "torch_xla"
+    install = "pip install torch_xla, matching your torch version"
+
+    def device(self) -> torch.device:
+        import torch_xla.core.xla_model as xm
+
+        return torch.device(xm.xla_device())
+
+
+class HPUAccelerator(_OneDeviceAccelerator):
+    name = "hpu"
+    package = "habana_frameworks"
+    install = "Intel Gaudi's software stack, which provides habana_frameworks.torch"
+
+    def device(self) -> torch.device:
+        import habana_frameworks.torch  # noqa: F401  (registers the 'hpu' device with torch)
+
+        return torch.device("hpu")

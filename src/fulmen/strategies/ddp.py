@@ -156,6 +156,7 @@ class DDPStrategy(Strategy):
         }
         self.num_nodes = 1
         self._devices = 1  # processes per node, from the Trainer's devices
+        self.parallel_devices: list[torch.device] = []  # this node's devices, one per local rank
         self._launch = False  # this process starts the other local ranks when the run starts
         self._cluster: ClusterEnvironment | None = None  # read from the launcher's environment
         self._children: list[subprocess.Popen[bytes]] = []
@@ -188,9 +189,14 @@ class DDPStrategy(Strategy):
         return cluster.node_rank if cluster is not None else 0
 
     # -- set-up -------------------------------------------------------------------------------------------
-    def check_launch(self, devices: int, num_nodes: int, cluster: ClusterEnvironment | None) -> None:
-        """Plan the processes: those a launcher started (checked against ``devices`` x ``num_nodes``), or,
-        without a launcher, ``devices`` processes on this machine that fulmen starts itself."""
+    def check_launch(
+        self, parallel_devices: list[torch.device], num_nodes: int, cluster: ClusterEnvironment | None
+    ) -> None:
+        """Plan the processes, one per device of ``parallel_devices`` on each node: those a launcher started
+        (checked against devices x ``num_nodes``), or, without a launcher, processes on this machine that fulmen
+        starts itself."""
+        self.parallel_devices = list(parallel_devices)
+        devices = len(parallel_devices)
         self._devices, self.num_nodes = devices, num_nodes
         self._cluster = cluster
         if cluster is None:
@@ -232,7 +238,10 @@ class DDPStrategy(Strategy):
             os.environ.setdefault("MASTER_PORT", str(cluster.master_port))
         accelerator_name = getattr(self.accelerator, "name", "cpu")
         if accelerator_name == "cuda":
-            self._root_device = torch.device("cuda", self.local_rank)
+            # local rank i trains on the i-th device the Trainer was given (devices=[2, 3]: cuda:2 and cuda:3)
+            listed = self.parallel_devices
+            local = self.local_rank
+            self._root_device = listed[local] if local < len(listed) else torch.device("cuda", local)
             torch.cuda.set_device(self._root_device)
         else:
             self._root_device = torch.device("cpu")

@@ -55,7 +55,9 @@ class DDPSpawnStrategy(DDPStrategy):
         self.start_method = start_method
         self._in_worker = False
 
-    def check_launch(self, devices: int, num_nodes: int, cluster: ClusterEnvironment | None) -> None:
+    def check_launch(
+        self, parallel_devices: list[torch.device], num_nodes: int, cluster: ClusterEnvironment | None
+    ) -> None:
         if cluster is not None:
             raise MisconfigurationException(
                 f"strategy={self.strategy_name!r} starts its own processes, but this one was already started by "
@@ -66,7 +68,8 @@ class DDPSpawnStrategy(DDPStrategy):
                 f"strategy={self.strategy_name!r} starts processes on this machine only, but num_nodes={num_nodes}. "
                 "For several machines use strategy='ddp' with torchrun or SLURM."
             )
-        self._devices, self.num_nodes = devices, 1
+        self.parallel_devices = list(parallel_devices)
+        self._devices, self.num_nodes = len(parallel_devices), 1
 
     def setup_environment(self) -> None:
         if not self._in_worker:

@@ -230,7 +230,7 @@ class Trainer:
             if type(strategy.precision_plugin) is Precision:  # left at the default: use the Trainer's
                 strategy.precision_plugin = precision_plugin
             if isinstance(strategy, DDPStrategy):
-                strategy.check_launch(len(self._devices), self.num_nodes, detect_cluster())
+                strategy.check_launch(self._devices, self.num_nodes, detect_cluster())
             return strategy
         name = strategy.lower() if isinstance(strategy, str) else None
         ddp_kind = _ddp_strategy_kind(name)
@@ -262,7 +262,7 @@ class Trainer:
                     start_method="spawn" if base == "ddp_spawn" else "fork",
                 )  # fmt: skip
                 ddp.strategy_name = base
-            ddp.check_launch(len(self._devices), self.num_nodes, cluster)
+            ddp.check_launch(self._devices, self.num_nodes, cluster)
             return ddp
         if processes > 1:
             raise MisconfigurationException(
