@@ -7,9 +7,12 @@
 2. '16-mixed' with the CUDA GradScaler trains like a hand-written AMP loop (autocast, scaled backward,
    unscale before clipping, skipped steps leave the scheduler alone), automatic and manual optimization.
 3. Step time of a small convnet: '32-true', '16-mixed', 'bf16-mixed', and '32-true' with ``compile=True``.
+4. DDP with NCCL, one process per GPU (torchrun, ``strategy="ddp"``): the same weights as one GPU on the
+   global batch, and no host sync in the step (DDP's all-reduce and ``sync_dist`` logging included).
 
-Prints a table and, when ``$OUT`` is set, writes ``$OUT/gpu_checks.json``. ``--cpu-dry-run`` runs checks 2
-and 3 on the CPU (float16 autocast with a CPU scaler) to test the script itself where no GPU is around.
+Prints a table and, when ``$OUT`` is set, writes ``$OUT/gpu_checks.json``. ``--cpu-dry-run`` runs checks 2,
+3 and 4 on the CPU (float16 autocast with a CPU scaler, DDP over gloo with two processes) to test the script
+itself where no GPU is around.
 """
 
 from __future__ import annotations
@@ -221,10 +224,69 @@ def step_times(device: str, batches: int, repeats: int) -> None:
         )
 
 
+def ddp_worker(outdir: str, accelerator: str) -> None:
+    """One rank of check 4 (started by torchrun): the DDP test module, batch 4 per process."""
+    from tests.strategies.ddp_model import Model, loader
+
+    devices = int(os.environ["LOCAL_WORLD_SIZE"])
+    callbacks = [SyncWatch("error")] if accelerator == "cuda" else []
+    trainer = fulmen.Trainer(accelerator=accelerator, devices=devices, strategy="ddp", max_epochs=2, logger=False,
+                             enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                             callbacks=callbacks)  # fmt: skip
+    model = Model()
+    trainer.fit(model, loader(batch_size=4))
+    if trainer.is_global_zero:
+        backend = torch.distributed.get_backend() if torch.distributed.is_initialized() else "?"
+        weights = {k: v.cpu() for k, v in model.state_dict().items()}
+        torch.save({"weights": weights, "backend": backend, "world": trainer.world_size}, f"{outdir}/ddp.pt")
+
+
+def check_ddp(device: str) -> None:
+    import socket
+    import subprocess
+    import tempfile
+
+    from tests.strategies.ddp_model import Model, loader
+
+    processes = torch.cuda.device_count() if device == "cuda" else 2
+    name = f"DDP, {processes} process(es), {'NCCL' if device == 'cuda' else 'gloo'}"
+    with tempfile.TemporaryDirectory() as outdir, socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
+                   "--master_addr=127.0.0.1", f"--master_port={port}", __file__, "--ddp-worker", outdir, device]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+            report(name, False, " / ".join(tail)[:300])
+            return
+        result = torch.load(f"{outdir}/ddp.pt", weights_only=True)
+    reference = Model()
+    fulmen.Trainer(accelerator=device, devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, enable_checkpointing=False).fit(reference, loader(4 * processes))  # fmt: skip
+    diff = max((result["weights"][k] - v.cpu()).abs().max().item() for k, v in reference.state_dict().items())
+    syncs = ", no host sync in the step" if device == "cuda" else ""
+    report(
+        name,
+        diff < 1e-5,
+        f"backend {result['backend']}, world {result['world']}, max |w - w_one| = {diff:.2e}{syncs}",
+    )
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu-dry-run", action="store_true", help="run checks 2 and 3 on the CPU")
+    parser.add_argument("--cpu-dry-run", action="store_true", help="run checks 2, 3 and 4 on the CPU")
+    parser.add_argument("--ddp-worker", nargs=2, metavar=("OUTDIR", "ACCELERATOR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ddp_worker:
+        sys.path.insert(0, ROOT)
+        ddp_worker(*args.ddp_worker)
+        return 0
     warnings.filterwarnings("ignore", message=".*num_workers.*")
     if args.cpu_dry_run:
         device = "cpu"
@@ -241,6 +303,8 @@ def main() -> int:
     for manual in (False, True):
         check_amp_parity(device, manual)
     step_times(device, batches=40 if device == "cuda" else 6, repeats=3 if device == "cuda" else 1)
+    sys.path.insert(0, ROOT)
+    check_ddp(device)
 
     width = max(len(r[0]) for r in RESULTS)
     for check, outcome, detail in RESULTS:

@@ -37,3 +37,24 @@ def test_performance_example_runs(capsys):
     out = capsys.readouterr().out
     final = float(out.rsplit("final loss", 1)[1].split()[0])
     assert final < 0.05  # x**2 on [0, 1) is learned within the five epochs
+
+
+@pytest.mark.slow
+def test_distributed_example_runs(tmp_path):
+    """docs/distributed.md's train.py as a user runs it: `python train.py`, two processes by fulmen's launcher."""
+    import os
+    import subprocess
+    import sys
+
+    source = (DOCS / "distributed.md").read_text()
+    code = re.search(r"```python\n(.*?)```", source, re.S)
+    assert code is not None
+    (tmp_path / "train.py").write_text(code.group(1))
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")
+    }
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    done = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "rank 0 of 2: loss" in done.stdout and "rank 1" not in done.stdout  # trainer.print: rank 0 only

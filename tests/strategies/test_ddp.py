@@ -302,3 +302,21 @@ def test_slurm_environment_is_read(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_NAME", "train")
     monkeypatch.setenv("SLURM_NTASKS", "1")  # one task: fulmen may start the other local ranks itself
     assert detect() is None
+
+
+def test_a_failing_rank_says_which_it_is_and_what_to_do(capsys, monkeypatch):
+    from fulmen.strategies.ddp import DDPStrategy
+    from fulmen.strategies.environment import detect
+
+    _clear_launcher_env(monkeypatch)
+    for key, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    strategy = DDPStrategy()
+    strategy.check_launch([torch.device("cpu")] * 2, 1, detect())
+    error = RuntimeError("Expected to have finished reduction ... pass find_unused_parameters=True to DDP")
+    strategy.on_exception(error)
+    printed = capsys.readouterr().err
+    assert "fulmen: rank 1 of 2 (node 0, local rank 1) failed with RuntimeError" in printed
+    assert "strategy='ddp_find_unused_parameters_true'" in printed
+    if sys.version_info >= (3, 11):
+        assert "raised on rank 1 of 2" in error.__notes__[0]

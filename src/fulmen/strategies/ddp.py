@@ -275,6 +275,11 @@ class DDPStrategy(Strategy):
         if dead:
             cause = "; ".join(dead)
             hint = f"{cause}; this rank's error follows from that."
+        elif "find_unused_parameters=True" in str(exception):  # torch's advice, in fulmen's words
+            hint = (
+                "some parameters got no gradient in a backward (e.g. frozen by toggle_model): use "
+                "strategy='ddp_find_unused_parameters_true' or DDPStrategy(find_unused_parameters=True)."
+            )
         elif isinstance(exception, dist.DistBackendError) or "Connection closed by peer" in str(exception):
             hint = "another rank of this job probably ended first: look for its error (or the launcher's report)."
         else:

@@ -250,7 +250,7 @@ class Trainer:
             ddp: DDPStrategy
             if base == "ddp":
                 # one device outside a launcher trains exactly like one process: no group needed
-                if processes == 1 and not launched:
+                if processes == 1 and cluster is None:
                     return SingleDeviceStrategy(
                         device=device, accelerator=self.accelerator, precision_plugin=precision_plugin
                     )
