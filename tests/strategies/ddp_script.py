@@ -105,10 +105,26 @@ def main(outdir: str) -> None:
         trainer.fit(model, loader(batch_size=4))
         results[case] = {"global_step": trainer.global_step, "current_epoch": trainer.current_epoch,
                          "should_stop": trainer.should_stop}  # fmt: skip
+    results["collectives"] = collectives(trainer.strategy)
     results["rank_zero"] = rank_zero_run(outdir)
     results["outdir"] = outdir
     rank = torch.distributed.get_rank()
     torch.save(results, f"{outdir}/rank{rank}.pt")
+
+
+def collectives(strategy) -> dict:
+    """The strategy's collectives, each rank contributing its rank (a process group is still up here)."""
+    rank = strategy.global_rank
+    value = torch.tensor([float(rank + 1)])
+    strategy.barrier("collectives")
+    return {
+        "broadcast": strategy.broadcast({"from": rank}, src=0),
+        "all_gather": strategy.all_gather(value).tolist(),
+        "mean": strategy.reduce(value).tolist(), "sum": strategy.reduce(value, reduce_op="sum").tolist(),
+        "max": strategy.reduce(value, reduce_op="max").tolist(),
+        "any": strategy.reduce_boolean_decision(rank == 1, all=False),
+        "all": strategy.reduce_boolean_decision(rank == 1, all=True),
+    }  # fmt: skip
 
 
 def rank_zero_run(outdir: str) -> dict:
@@ -146,8 +162,25 @@ def killed_run(outdir: str, rank: int) -> None:
     )
 
 
+def elastic_run(outdir: str) -> None:
+    """Under torchrun --max-restarts=1: the first attempt loses rank 1 (SIGKILL) mid-epoch, torchrun restarts
+    both ranks, and the second attempt resumes from the last checkpoint (ckpt_path="last")."""
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    every_3 = fulmen.callbacks.ModelCheckpoint(
+        dirpath=f"{outdir}/ckpt", every_n_train_steps=3, save_last=True
+    )
+    callbacks = [every_3] if attempt else [every_3, KillRank(1, batch=5)]
+    model = Model()
+    trainer = ddp_trainer(callbacks=callbacks, enable_checkpointing=True)
+    trainer.fit(model, loader(batch_size=4), ckpt_path="last" if attempt else None)
+    torch.save({"attempt": attempt, "weights": model.state_dict(), "global_step": trainer.global_step,
+                "resumed_from": trainer.ckpt_path}, f"{outdir}/elastic_rank{trainer.global_rank}.pt")  # fmt: skip
+
+
 if __name__ == "__main__":
-    if "TEST_KILL_RANK" in os.environ:
+    if "TEST_ELASTIC" in os.environ:
+        elastic_run(sys.argv[1])
+    elif "TEST_KILL_RANK" in os.environ:
         killed_run(sys.argv[1], int(os.environ["TEST_KILL_RANK"]))
     else:
         main(sys.argv[1])

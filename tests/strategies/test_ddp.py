@@ -187,6 +187,15 @@ def test_only_rank_zero_logs_prints_and_saves(ddp_results, tmp_path_factory):
     assert len(rows) == 1 + 8 + 2, rows
 
 
+@pytest.mark.slow
+def test_collectives(ddp_results):
+    for rank in (0, 1):
+        assert ddp_results[rank]["collectives"] == {
+            "broadcast": {"from": 0}, "all_gather": [[1.0], [2.0]], "mean": [1.5], "sum": [3.0], "max": [2.0],
+            "any": True, "all": False,
+        }  # fmt: skip
+
+
 def test_launch_checks(monkeypatch):
     from fulmen.strategies.ddp import DDPStrategy, launch_local_ranks
     from fulmen.utilities.exceptions import MisconfigurationException
@@ -257,6 +266,30 @@ def test_a_killed_rank_ends_the_job(tmp_path, launcher, killed):
     assert [p.name for p in written] == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt"]
     for path in written:
         assert checkpoint_io.load(path, map_location="cpu", weights_only=True)["global_step"] in (2, 4)
+
+
+@pytest.mark.slow
+def test_torchrun_elastic_restart_resumes_from_the_last_checkpoint(tmp_path):
+    """torchrun --max-restarts=1: rank 1 is killed in the first attempt, torchrun restarts both ranks, which
+    resume from last.ckpt (ckpt_path="last") and end as an uninterrupted run (one process, global batch)."""
+    script = str(ROOT / "tests" / "strategies" / "ddp_script.py")
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")
+    }
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TEST_ELASTIC="1")
+    command = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+               "--nproc_per_node=2", "--max-restarts=1", script, str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    single = Model()
+    fulmen.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False).fit(single, loader(batch_size=8))  # fmt: skip
+    for rank in (0, 1):
+        result = torch.load(tmp_path / f"elastic_rank{rank}.pt", weights_only=False)
+        assert result["attempt"] == 1 and result["global_step"] == 16
+        assert result["resumed_from"] == str(tmp_path / "ckpt" / "last.ckpt")
+        for name, value in single.state_dict().items():
+            torch.testing.assert_close(result["weights"][name], value, rtol=0, atol=1e-6, msg=name)
 
 
 def _clear_launcher_env(monkeypatch):

@@ -248,10 +248,27 @@ class DDPStrategy(Strategy):
         backend = self.process_group_backend or ("nccl" if accelerator_name == "cuda" else "gloo")
         if not dist.is_initialized():
             dist.init_process_group(
-                backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout
-            )
+                backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
+                store=self._elastic_store(),
+            )  # fmt: skip
         rank_zero_only.rank = self.global_rank  # type: ignore[attr-defined]
         super().setup_environment()
+
+    def _elastic_store(self) -> dist.Store | None:
+        """Under torchrun's agent, the rendezvous store of this attempt, keyed by the restart count.
+
+        torchrun keeps one store for the whole job; after an elastic restart the default rendezvous found the
+        previous attempt's addresses there and the new processes could not connect (torch 2.13, gloo). A
+        prefix per attempt keeps each attempt's keys apart. ``None``: the default env:// rendezvous.
+        """
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "MASTER_PORT" not in os.environ:
+            return None
+        client = dist.TCPStore(
+            os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"]), self.world_size,
+            is_master=False, timeout=self.timeout,
+        )  # fmt: skip
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        return dist.PrefixStore(f"fulmen/attempt_{attempt}", client)
 
     def setup(self, trainer: Trainer) -> None:
         super().setup(trainer)
