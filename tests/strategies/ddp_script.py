@@ -106,10 +106,34 @@ def main(outdir: str) -> None:
         results[case] = {"global_step": trainer.global_step, "current_epoch": trainer.current_epoch,
                          "should_stop": trainer.should_stop}  # fmt: skip
     results["collectives"] = collectives(trainer.strategy)
+    results["batch_size"] = tuned_batch_size()
     results["rank_zero"] = rank_zero_run(outdir)
     results["outdir"] = outdir
     rank = torch.distributed.get_rank()
     torch.save(results, f"{outdir}/rank{rank}.pt")
+
+
+def tuned_batch_size() -> dict:
+    """The batch-size finder under DDP, where rank 1 runs out of memory sooner (above 20) than rank 0 (above
+    40): the ranks agree on every trial, so both choose 16."""
+    from fulmen.tuner import Tuner
+    from tests.tuner.oom_model import OOMModel
+
+    class RankLimited(OOMModel):
+        def training_step(self, batch, batch_idx):
+            self.fits_up_to = 40 if torch.distributed.get_rank() == 0 else 20
+            return super().training_step(batch, batch_idx)
+
+    model = RankLimited()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    size = Tuner(ddp_trainer()).scale_batch_size(model)
+    same = all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    return {
+        "size": size,
+        "attribute": model.batch_size,
+        "weights_restored": same,
+        "tried": sorted(set(model.seen)),
+    }
 
 
 def collectives(strategy) -> dict:

@@ -188,6 +188,14 @@ def test_only_rank_zero_logs_prints_and_saves(ddp_results, tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_batch_size_finder_agrees_between_ranks(ddp_results):
+    for rank in (0, 1):
+        result = ddp_results[rank]["batch_size"]
+        assert result["size"] == result["attribute"] == 16 and result["weights_restored"]
+        assert result["tried"] == [2, 4, 8, 16, 32]  # 32 fits rank 0 alone: not enough
+
+
+@pytest.mark.slow
 def test_collectives(ddp_results):
     for rank in (0, 1):
         assert ddp_results[rank]["collectives"] == {

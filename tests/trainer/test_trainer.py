@@ -24,7 +24,12 @@ def test_trainer_signature_matches_lightning():
     theirs = inspect.signature(lightning.Trainer.__init__).parameters
     # Lightning's arguments in Lightning's order (positional calls work), then fulmen's own keyword extras
     assert list(ours)[: len(theirs)] == list(theirs)
-    assert list(ours)[len(theirs) :] == ["matmul_precision", "compile"]
+    assert list(ours)[len(theirs) :] == [
+        "matmul_precision",
+        "compile",
+        "auto_scale_batch_size",
+        "auto_lr_find",
+    ]
     for name, param in theirs.items():
         assert ours[name].default == param.default, name
 

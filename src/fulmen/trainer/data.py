@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.utilities.combined_loader import CombinedLoader
-from fulmen.utilities.data import has_len, is_iterable_dataset, parse_num_batches
+from fulmen.utilities.data import has_len, is_iterable_dataset, parse_num_batches, rebuild_dataloader
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import WarningCache
 
@@ -154,15 +154,7 @@ class TrainerData:
             loader.dataset, num_replicas=trainer.strategy.world_size, rank=trainer.strategy.global_rank,
             shuffle=shuffle, seed=seed, drop_last=loader.drop_last,
         )  # fmt: skip
-        workers = loader.num_workers
-        return DataLoader(
-            loader.dataset, batch_size=loader.batch_size, sampler=sampler, num_workers=workers,
-            collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
-            timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
-            multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
-            prefetch_factor=loader.prefetch_factor if workers > 0 else None,
-            persistent_workers=loader.persistent_workers if workers > 0 else False,
-        )  # fmt: skip
+        return rebuild_dataloader(loader, sampler=sampler)
 
     def _check_workers(self, loader: Any, stage: str) -> None:
         """Seed 001's data-loading advice, as warnings (each once): workers, pinned memory, persistence."""

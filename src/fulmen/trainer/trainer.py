@@ -108,7 +108,11 @@ class Trainer:
         model_registry: str | None = None,
         matmul_precision: str | None = None,
         compile: bool | dict[str, Any] = False,
+        auto_scale_batch_size: bool | str | None = None,
+        auto_lr_find: bool | str = False,
     ) -> None:
+        # the configuration as given: the tuner builds its trial trainers from it
+        self._init_kwargs: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         # -- flags, validated once ------------------------------------------------------------------
         accumulation_scheduler = None
         if isinstance(accumulate_grad_batches, dict):  # the 1.x spelling of a GradientAccumulationScheduler
@@ -160,6 +164,20 @@ class Trainer:
                 "compile={'mode': 'reduce-overhead'} or compile={'backend': 'inductor', 'dynamic': False}."
             )
         self._compile = compile
+        if auto_scale_batch_size not in (None, False, True, "power", "binsearch"):
+            raise MisconfigurationException(
+                f"auto_scale_batch_size={auto_scale_batch_size!r} must be None/False, True (= 'power'), 'power' or "
+                "'binsearch'; trainer.tune(model) then runs the batch-size finder."
+            )
+        if not isinstance(auto_lr_find, (bool, str)):
+            raise MisconfigurationException(
+                f"auto_lr_find={auto_lr_find!r} must be True, False, or the name of the module attribute that holds "
+                "the learning rate; trainer.tune(model) then runs the learning-rate finder."
+            )
+        self.auto_scale_batch_size = (
+            "power" if auto_scale_batch_size is True else auto_scale_batch_size or None
+        )
+        self.auto_lr_find = auto_lr_find
         self._precision_flag = normalize_precision(precision)
         self._precision_plugin = _precision_from_plugins(plugins, precision)
         self.accelerator = select_accelerator(accelerator)
@@ -617,6 +635,33 @@ class Trainer:
             rank_zero_warn("No checkpoint of the last fit is known: the model's current weights are used.")
         return None
 
+    def tune(
+        self,
+        model: LightningModule,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        datamodule: LightningDataModule | None = None,
+        scale_batch_size_kwargs: dict[str, Any] | None = None,
+        lr_find_kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The 1.x way to tune: what ``Trainer(auto_scale_batch_size=..., auto_lr_find=...)`` asked for, batch
+        size first. Returns ``{"scale_batch_size": <size or None>, "lr_find": <LRFinder or None>}``."""
+        from fulmen.tuner import Tuner
+
+        if isinstance(train_dataloaders, LightningDataModule):
+            datamodule, train_dataloaders = train_dataloaders, None
+        tuner = Tuner(self)
+        result: dict[str, Any] = {"scale_batch_size": None, "lr_find": None}
+        loaders = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders,
+                   "datamodule": datamodule}  # fmt: skip
+        if self.auto_scale_batch_size:
+            options = {"mode": self.auto_scale_batch_size, **(scale_batch_size_kwargs or {})}
+            result["scale_batch_size"] = tuner.scale_batch_size(model, **loaders, **options)
+        if self.auto_lr_find:
+            options = {"attr_name": self.auto_lr_find} if isinstance(self.auto_lr_find, str) else {}
+            result["lr_find"] = tuner.lr_find(model, **loaders, **{**options, **(lr_find_kwargs or {})})
+        return result
+
     # -- checkpoints -----------------------------------------------------------------------------------
     @property
     def ckpt_path(self) -> str | None:
@@ -825,21 +870,7 @@ class Trainer:
         checkpoint = self._load_requested_checkpoint(fn)
         self.strategy.setup(self)
         if fn == TrainerFn.FITTING:
-            optimizers, configs, frequencies, _ = parse_configure_optimizers(
-                hooks.call_module("configure_optimizers"), manual=not model.automatic_optimization
-            )
-            if frequencies and not model.automatic_optimization:
-                raise MisconfigurationException(
-                    f"configure_optimizers gave optimizer frequencies {frequencies}, which only automatic "
-                    "optimization uses. Under manual optimization decide in training_step which optimizer "
-                    "steps, and remove the 'frequency' keys."
-                )
-            self.strategy.setup_optimizers(optimizers)
-            self.lr_scheduler_configs = configs
-            self.optimizer_frequencies = frequencies
-            self._wire_optimizers()
-            if model.automatic_optimization:
-                self.fit_loop.epoch_loop.automatic.setup()
+            self._configure_optimizers(model)
             if checkpoint is not None:
                 from fulmen.trainer.checkpointing import restore_training_state
 
@@ -847,6 +878,25 @@ class Trainer:
                 restore_training_state(self, checkpoint, self._ckpt_path)
         if self.loggers and self.enable_autolog_hparams and fn == TrainerFn.FITTING:
             self._log_hyperparams(model)
+
+    def _configure_optimizers(self, model: LightningModule) -> None:
+        """Optimizers and schedulers from ``configure_optimizers`` (again, when a tuner changed the learning
+        rate at fit start)."""
+        optimizers, configs, frequencies, _ = parse_configure_optimizers(
+            self._hooks.call_module("configure_optimizers"), manual=not model.automatic_optimization
+        )
+        if frequencies and not model.automatic_optimization:
+            raise MisconfigurationException(
+                f"configure_optimizers gave optimizer frequencies {frequencies}, which only automatic "
+                "optimization uses. Under manual optimization decide in training_step which optimizer "
+                "steps, and remove the 'frequency' keys."
+            )
+        self.strategy.setup_optimizers(optimizers)
+        self.lr_scheduler_configs = configs
+        self.optimizer_frequencies = frequencies
+        self._wire_optimizers()
+        if model.automatic_optimization:
+            self.fit_loop.epoch_loop.automatic.setup()
 
     def _load_requested_checkpoint(self, fn: TrainerFn) -> dict[str, Any] | None:
         """Load ``ckpt_path`` (weights, datamodule and callback states); training state follows later."""

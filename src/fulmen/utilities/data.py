@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, TensorDataset
 
 from fulmen.utilities.exceptions import MisconfigurationException
 
@@ -84,6 +84,32 @@ def parse_num_batches(stage: str, length: int | float, limit: int | float) -> in
 
 
 # -- data sets that fit in memory ------------------------------------------------------------------------
+def rebuild_dataloader(loader: Any, **changes: Any) -> Any:
+    """A new ``torch.utils.data.DataLoader`` with the same arguments as ``loader`` except ``changes``
+    (``batch_size``, ``sampler``, ...): how fulmen changes a loader the user built (a loader's batch size
+    cannot be changed once it exists)."""
+    if type(loader) is not DataLoader or loader.batch_sampler is None or loader.batch_size is None:
+        raise MisconfigurationException(
+            f"A {type(loader).__name__} with {type(getattr(loader, 'batch_sampler', None)).__name__} cannot be "
+            "rebuilt with other arguments: only a torch DataLoader built with batch_size= can. Let the module "
+            "or data module build it (train_dataloader() reading self.batch_size), or build it yourself."
+        )
+    workers = loader.num_workers
+    arguments: dict[str, Any] = {
+        "batch_size": loader.batch_size, "num_workers": workers, "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory, "drop_last": loader.drop_last, "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn, "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator, "prefetch_factor": loader.prefetch_factor if workers > 0 else None,
+        "persistent_workers": loader.persistent_workers if workers > 0 else False,
+    }  # fmt: skip
+    if "sampler" not in changes:  # keep the order: shuffled stays shuffled, a custom sampler stays
+        if isinstance(loader.sampler, RandomSampler) and loader.sampler.generator is loader.generator:
+            arguments["shuffle"] = True
+        elif not is_iterable_dataset(loader):
+            arguments["sampler"] = loader.sampler
+    return DataLoader(loader.dataset, **{**arguments, **changes})
+
+
 def preload(dataset: Any, device: torch.device | str | None = None, chunk_size: int = 1024) -> TensorDataset:
     """Materialise a map-style ``dataset`` once, as stacked tensors in RAM (or on ``device``).
 

@@ -1,0 +1,259 @@
+"""The batch-size finder: the largest batch size that trains without running out of memory.
+
+Each trial trains ``steps_per_trial`` steps (and validates as many batches) with a candidate batch size, in a
+*trial trainer*: a copy of the user's Trainer configuration without loggers, checkpoints, progress bar or
+callbacks. The user's trainer is never run, so its counters, callbacks, loggers and limits stay as they
+were; the module's weights, the random generators and ``module.trainer`` are put back after the search.
+Under DDP every process runs the trials on its own device, without gradient communication (an
+out-of-memory error in one process would otherwise leave the others waiting in a collective), and the
+processes agree on each trial's outcome with an all-reduce, so they always pick the same size.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fulmen.strategies.ddp import DDPStrategy
+from fulmen.tuner.trials import preserved, run_stage, trial_trainer
+from fulmen.utilities.data import has_len, rebuild_dataloader
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_info
+
+if TYPE_CHECKING:
+    from fulmen.core.datamodule import LightningDataModule
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
+
+_MODES = ("power", "binsearch")
+_METHODS = ("fit", "validate", "test", "predict")
+# what allocators say when they run out: CUDA, cuDNN (its workspace), the CPU allocator and Apple's MPS
+_OOM_MESSAGES = (
+    "cuda out of memory",
+    "cuda error: out of memory",
+    "cudnn_status_not_supported",
+    "cudnn_status_alloc_failed",
+    "defaultcpuallocator: can't allocate memory",
+    "mps backend out of memory",
+)
+
+
+def is_oom_error(exception: BaseException) -> bool:
+    """Whether ``exception`` means an allocator ran out of memory (anything else is a real error)."""
+    if isinstance(exception, torch.cuda.OutOfMemoryError):
+        return True
+    if not isinstance(exception, RuntimeError) or not exception.args:
+        return False
+    message = str(exception.args[0]).lower()
+    return any(text in message for text in _OOM_MESSAGES)
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+@dataclass
+class BatchSizeSearch:
+    """What a search tried: (batch size, fitted) in order; ``result`` is the size chosen."""
+
+    trials: list[tuple[int, bool]] = field(default_factory=list)
+    result: int | None = None
+
+
+def check_arguments(mode: str, method: str, steps_per_trial: int, init_val: int, max_trials: int,
+                    margin: float, max_val: int | None) -> None:  # fmt: skip
+    """Every argument, checked before the first trial."""
+    if mode not in _MODES:
+        raise MisconfigurationException(f"mode={mode!r} is not a scaling mode: use 'power' or 'binsearch'.")
+    if method not in _METHODS:
+        raise MisconfigurationException(f"method={method!r} is not one of {_METHODS}.")
+    for name, value in (
+        ("steps_per_trial", steps_per_trial),
+        ("init_val", init_val),
+        ("max_trials", max_trials),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise MisconfigurationException(f"{name}={value!r} must be an int >= 1.")
+    if not isinstance(margin, (int, float)) or not 0 <= margin < 1:
+        raise MisconfigurationException(f"margin={margin!r} must be a float in [0, 1), e.g. 0.05.")
+    if max_val is not None and (
+        isinstance(max_val, bool) or not isinstance(max_val, int) or max_val < init_val
+    ):
+        raise MisconfigurationException(f"max_val={max_val!r} must be an int >= init_val ({init_val}).")
+
+
+# -- where the batch size lives -----------------------------------------------------------------------------
+def batch_size_owners(
+    model: LightningModule, datamodule: LightningDataModule | None, name: str
+) -> list[tuple[Any, str]]:
+    """Every place ``name`` is found: (object, attribute) for attributes, (hparams, key) for hyperparameters;
+    the module and data module, each directly and in its ``hparams``."""
+    owners: list[tuple[Any, str]] = []
+    for holder in (model, datamodule):
+        if holder is None:
+            continue
+        if name in vars(holder) or hasattr(type(holder), name):
+            owners.append((holder, name))
+        hparams = getattr(holder, "hparams", None)
+        if hparams is not None and name in hparams:
+            owners.append((hparams, name))
+    return owners
+
+
+def _set(owner: Any, name: str, value: int) -> None:
+    if isinstance(owner, dict):
+        owner[name] = value
+    else:
+        setattr(owner, name, value)
+
+
+def _get(owner: Any, name: str) -> Any:
+    return owner[name] if isinstance(owner, dict) else getattr(owner, name)
+
+
+# -- the search ---------------------------------------------------------------------------------------------
+def search(
+    run_trial: Callable[[int], bool], mode: str, init_val: int, max_trials: int, margin: float, limit: int
+) -> BatchSizeSearch:
+    """'power': double from ``init_val`` until a trial runs out of memory, the limit or ``max_trials``.
+    'binsearch': the same doubling, then bisection between the last fit and the first failure, then
+    ``margin`` taken off (and that size run once more, so the result is always one that ran)."""
+    found = BatchSizeSearch()
+
+    def trial(size: int) -> bool:
+        fitted = run_trial(size)
+        found.trials.append((size, fitted))
+        return fitted
+
+    size = min(init_val, limit)
+    best: int | None = None
+    failed: int | None = None
+    while len(found.trials) < max_trials:
+        if not trial(size):
+            failed = size
+            break
+        best = size
+        if size >= limit:
+            break
+        size = min(size * 2, limit)
+    if best is None:
+        raise MisconfigurationException(
+            f"batch size {size} (init_val) already runs out of memory. Start lower (init_val=1), or make the "
+            "model or inputs smaller."
+        )
+    if mode == "binsearch" and failed is not None:
+        low, high = best, failed
+        while high - low > 1 and len(found.trials) < max_trials:
+            middle = (low + high) // 2
+            if trial(middle):
+                low = middle
+            else:
+                high = middle
+        best = low
+        reduced = max(1, int(best * (1 - margin)))
+        if reduced < best and len(found.trials) < max_trials and trial(reduced):
+            best = reduced
+    found.result = best
+    return found
+
+
+def scale_batch_size(
+    trainer: Trainer,
+    model: LightningModule,
+    train_dataloaders: Any = None,
+    val_dataloaders: Any = None,
+    dataloaders: Any = None,
+    datamodule: LightningDataModule | None = None,
+    method: str = "fit",
+    mode: str = "power",
+    steps_per_trial: int = 3,
+    init_val: int = 2,
+    max_trials: int = 25,
+    batch_arg_name: str = "batch_size",
+    margin: float = 0.05,
+    max_val: int | None = 8192,
+    on_result: Callable[[int, dict[str, Any]], None] | None = None,
+) -> int:
+    """Find the batch size; write it to every place ``batch_arg_name`` lives and return it. ``on_result``
+    receives it with the rebuilt dataloaders (by argument name) when dataloaders were passed."""
+    check_arguments(mode, method, steps_per_trial, init_val, max_trials, margin, max_val)
+    owners = batch_size_owners(model, datamodule, batch_arg_name)
+    loaders = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders,
+               "dataloaders": dataloaders}  # fmt: skip
+    loaders = {k: v for k, v in loaders.items() if v is not None}
+    # the loaders whose batch size is searched: the training loader for fit, the evaluated one otherwise
+    searched = "train_dataloaders" if method == "fit" else "dataloaders"
+    if not owners and searched not in loaders:
+        raise MisconfigurationException(
+            f"The batch size finder found no `{batch_arg_name}`: not as an attribute nor in hparams of the module "
+            "or the data module, and no dataloaders were passed. Add `self.batch_size` (read by your "
+            "*_dataloader() hooks) or pass batch_arg_name='<your field>'."
+        )
+    limit = max_val if max_val is not None else 2**31
+    dataset_size = _dataset_size(trainer, model, datamodule, loaders.get(searched), method)
+    if dataset_size is not None:
+        limit = min(limit, max(1, math.ceil(dataset_size / max(1, trainer.strategy.world_size))))
+
+    outer = trainer.strategy
+    if type(outer) is DDPStrategy:
+        outer.setup_environment()  # the process group the processes agree through (ddp_spawn: not here)
+    previous_values = [(owner, name, _get(owner, name)) for owner, name in owners]
+
+    with preserved(model, datamodule) as weights:
+
+        def run_trial(size: int) -> bool:
+            for owner, name in owners:
+                _set(owner, name, size)
+            trial_loaders = {k: rebuild_dataloader(v, batch_size=size) if k == searched else v
+                             for k, v in loaders.items()}  # fmt: skip
+            model.load_state_dict(weights)
+            try:
+                run_stage(trial_trainer(trainer, steps_per_trial), method, model, datamodule, trial_loaders)
+                fitted = True
+            except BaseException as error:
+                if not is_oom_error(error):
+                    raise
+                fitted = False
+            free_memory()
+            agreed = outer.reduce_boolean_decision(fitted, all=True)  # every process fitted, or none counts
+            rank_zero_info(f"Batch size {size}: {'fits' if agreed else 'out of memory'}.")
+            return agreed
+
+        try:
+            found = search(run_trial, mode, init_val, max_trials, margin, limit)
+        except BaseException:
+            for owner, name, value in previous_values:
+                _set(owner, name, value)
+            raise
+    assert found.result is not None
+    for owner, name in owners:
+        _set(owner, name, found.result)
+    if on_result is not None:
+        on_result(found.result, {searched: rebuild_dataloader(loaders[searched], batch_size=found.result)}
+                  if searched in loaders else {})  # fmt: skip
+    tried = ", ".join(f"{size}{'' if fitted else ' (OOM)'}" for size, fitted in found.trials)
+    rank_zero_info(f"Batch size finder ({mode}): tried {tried}; chose {found.result}.")
+    return found.result
+
+
+def _dataset_size(
+    trainer: Trainer, model: LightningModule, datamodule: Any, loader: Any, method: str
+) -> int | None:
+    """Samples in the searched loader's dataset (the size cannot usefully grow past it)."""
+    if loader is None:
+        hook = {"fit": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader",
+                "predict": "predict_dataloader"}[method]  # fmt: skip
+        owner = datamodule if datamodule is not None and hasattr(datamodule, hook) else model
+        try:
+            loader = getattr(owner, hook)()
+        except Exception:
+            return None
+    dataset = getattr(loader, "dataset", None)
+    return len(dataset) if dataset is not None and has_len(dataset) else None

@@ -1,0 +1,87 @@
+"""``Tuner(trainer)``: finds a batch size or a learning rate before training, as Lightning's Tuner does."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fulmen.core.datamodule import LightningDataModule
+from fulmen.tuner.batch_size_scaling import scale_batch_size
+from fulmen.tuner.lr_finder import LRFinder, lr_find
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
+
+
+class Tuner:
+    """Tuning for a ``Trainer``: ``scale_batch_size`` and ``lr_find``. The trainer itself does not run: each
+    trial runs in a copy of its configuration, and the module's weights are put back afterwards."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+
+    def scale_batch_size(
+        self,
+        model: LightningModule,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        dataloaders: Any = None,
+        datamodule: LightningDataModule | None = None,
+        method: str = "fit",
+        mode: str = "power",
+        steps_per_trial: int = 3,
+        init_val: int = 2,
+        max_trials: int = 25,
+        batch_arg_name: str = "batch_size",
+        margin: float = 0.05,
+        max_val: int | None = 8192,
+    ) -> int | None:
+        """The largest batch size that runs ``steps_per_trial`` steps without running out of memory.
+
+        It is written to every place ``batch_arg_name`` lives (module, ``module.hparams``, data module, its
+        ``hparams``). With dataloaders passed here, they are rebuilt with each candidate size; build yours
+        with the returned size (or add the ``BatchSizeFinder`` callback to ``fit``, which swaps the loader).
+        """
+        return scale_batch_size(self._trainer, **_arguments(locals()))
+
+    def lr_find(
+        self,
+        model: LightningModule,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        dataloaders: Any = None,
+        datamodule: LightningDataModule | None = None,
+        method: str = "fit",
+        min_lr: float = 1e-8,
+        max_lr: float = 1,
+        num_training: int = 100,
+        mode: str = "exponential",
+        early_stop_threshold: float | None = 4.0,
+        update_attr: bool = True,
+        attr_name: str = "",
+    ) -> LRFinder | None:
+        """The learning-rate range test: ``num_training`` steps with the learning rate growing from ``min_lr``
+        to ``max_lr`` ('exponential' or 'linear'), stopped early once the loss exceeds
+        ``early_stop_threshold`` times its best. ``update_attr`` writes the suggestion to ``attr_name`` (or
+        ``lr`` / ``learning_rate``) on the module or in its hparams. Returns the finder: ``results``,
+        ``suggestion()``, ``plot(suggest=True)``."""
+        return lr_find(self._trainer, **_arguments(locals()))
+
+
+def _arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A Tuner method's arguments for the search it runs: a data module passed as ``train_dataloaders`` moved
+    to ``datamodule`` (as ``fit`` accepts it), a compiled module unwrapped."""
+    arguments = {k: v for k, v in arguments.items() if k != "self"}
+    if isinstance(arguments["train_dataloaders"], LightningDataModule):
+        arguments["datamodule"], arguments["train_dataloaders"] = arguments["train_dataloaders"], None
+    arguments["model"] = _unwrap(arguments["model"])
+    return arguments
+
+
+def _unwrap(model: Any) -> LightningModule:
+    from fulmen.core.module import LightningModule, unwrap_compiled
+
+    model = unwrap_compiled(model)
+    if not isinstance(model, LightningModule):
+        raise TypeError(f"The tuner needs a LightningModule, got {type(model).__name__}.")
+    return model
