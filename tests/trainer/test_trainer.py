@@ -27,8 +27,9 @@ def test_trainer_signature_matches_lightning():
     assert list(ours)[len(theirs) :] == [
         "matmul_precision",
         "compile",
-        "auto_scale_batch_size",
+        "auto_scale_batch_size",  # the 1.x flags Lightning 2.x removed
         "auto_lr_find",
+        "stochastic_weight_avg",
     ]
     for name, param in theirs.items():
         assert ours[name].default == param.default, name

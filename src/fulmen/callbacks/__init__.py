@@ -9,6 +9,7 @@ from fulmen.callbacks.lr_monitor import LearningRateMonitor
 from fulmen.callbacks.model_checkpoint import Checkpoint, ModelCheckpoint
 from fulmen.callbacks.model_summary import ModelSummary
 from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
+from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
 from fulmen.callbacks.timer import Timer
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
+    "StochasticWeightAveraging",
     "TQDMProgressBar",
     "Timer",
 ]

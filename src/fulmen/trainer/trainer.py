@@ -110,6 +110,7 @@ class Trainer:
         compile: bool | dict[str, Any] = False,
         auto_scale_batch_size: bool | str | None = None,
         auto_lr_find: bool | str = False,
+        stochastic_weight_avg: bool = False,
     ) -> None:
         # the configuration as given: the tuner builds its trial trainers from it
         self._init_kwargs: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
@@ -237,6 +238,17 @@ class Trainer:
                     "both schedule accumulation. Keep one of them."
                 )
             self.callbacks.append(accumulation_scheduler)
+        if not isinstance(stochastic_weight_avg, bool):
+            raise MisconfigurationException(
+                f"stochastic_weight_avg={stochastic_weight_avg!r} must be True or False (True adds "
+                "StochasticWeightAveraging() with its defaults; pass the callback itself to choose them)."
+            )
+        if stochastic_weight_avg and not any(
+            type(cb).__name__ == "StochasticWeightAveraging" for cb in self.callbacks
+        ):
+            from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
+
+            self.callbacks.append(StochasticWeightAveraging())
         self.loggers = build_loggers(self, logger)
 
     # -- construction helpers -----------------------------------------------------------------------------
