@@ -9,6 +9,8 @@
 3. Step time of a small convnet: '32-true', '16-mixed', 'bf16-mixed', and '32-true' with ``compile=True``.
 4. DDP with NCCL, one process per GPU (torchrun, ``strategy="ddp"``): the same weights as one GPU on the
    global batch, and no host sync in the step (DDP's all-reduce and ``sync_dist`` logging included).
+5. The batch-size finder against real CUDA out-of-memory errors (power, then binsearch): both finish, with a
+   size that ran and memory freed between trials.
 
 Prints a table and, when ``$OUT`` is set, writes ``$OUT/gpu_checks.json``. ``--cpu-dry-run`` runs checks 2,
 3 and 4 on the CPU (float16 autocast with a CPU scaler, DDP over gloo with two processes) to test the script
@@ -275,6 +277,47 @@ def check_ddp(device: str) -> None:
     )
 
 
+class Hungry(fulmen.LightningModule):
+    """About 8 MB of activations per sample: an 80 GB GPU runs out of memory in the low thousands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batch_size = 64
+        self.net = nn.Sequential(nn.Linear(1024, 2048), nn.GELU(), nn.Linear(2048, 1))
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        (x,) = batch
+        return self.net(x.expand(-1, 256, -1)).square().mean()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def train_dataloader(self) -> Any:
+        data = torch.utils.data.TensorDataset(torch.randn(1 << 16, 1, 1024))
+        return torch.utils.data.DataLoader(data, batch_size=self.batch_size)
+
+
+def check_batch_size_finder() -> None:
+    from fulmen.tuner import Tuner
+
+    for mode in ("power", "binsearch"):
+        name = f"batch-size finder, real CUDA OOM ({mode})"
+        trainer = fulmen.Trainer(accelerator="cuda", devices=1, logger=False, enable_progress_bar=False,
+                                 enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+        model = Hungry()
+        started = time.perf_counter()
+        try:
+            size = Tuner(trainer).scale_batch_size(
+                model, mode=mode, init_val=256, max_val=1 << 16, steps_per_trial=1
+            )
+        except Exception as err:
+            report(name, False, f"{type(err).__name__}: {str(err)[:200]}")
+            continue
+        free = torch.cuda.mem_get_info()[0] / 2**30
+        report(name, size is not None and size < 1 << 16,
+               f"chose {size} in {time.perf_counter() - started:.1f} s; {free:.1f} GiB free afterwards")  # fmt: skip
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -305,6 +348,8 @@ def main() -> int:
     step_times(device, batches=40 if device == "cuda" else 6, repeats=3 if device == "cuda" else 1)
     sys.path.insert(0, ROOT)
     check_ddp(device)
+    if device == "cuda":
+        check_batch_size_finder()
 
     width = max(len(r[0]) for r in RESULTS)
     for check, outcome, detail in RESULTS:

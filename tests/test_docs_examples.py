@@ -58,3 +58,11 @@ def test_distributed_example_runs(tmp_path):
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "rank 0 of 2: loss" in done.stdout and "rank 1" not in done.stdout  # trainer.print: rank 0 only
+
+
+def test_tuning_example_runs(capsys):
+    _run_first_example("tuning.md")
+    out = capsys.readouterr().out
+    size = int(out.split("batch size ")[1].split(",")[0])
+    assert size == 128  # no out-of-memory on the CPU: capped at max_val (the margin follows a bisection only)
+    assert "learning rate" in out

@@ -27,6 +27,8 @@ _SUBCOMMANDS = {
     "validate": "Run one validation epoch.",
     "test": "Run one test epoch.",
     "predict": "Run prediction.",
+    "tune": "Find the batch size (--trainer.auto_scale_batch_size) and/or the learning rate (--trainer.auto_lr_find, "
+    "the default); the learning-rate plot is written to lr_find.png.",
 }
 _DEMO_MODEL = "fulmen.demos.digits.DigitsClassifier"
 _DEMO_DATA = "fulmen.demos.digits.DigitsDataModule"
@@ -187,6 +189,9 @@ class LightningCLI:
         return self.trainer_class(**kwargs)
 
     def _run(self, init: Any) -> None:
+        if self.subcommand == "tune":
+            self._tune()
+            return
         fn = getattr(self.trainer, self.subcommand)  # type: ignore[arg-type]
         kwargs: dict[str, Any] = {"datamodule": self.datamodule, "ckpt_path": init.get("ckpt_path")}
         if self.subcommand == "fit":
@@ -194,6 +199,29 @@ class LightningCLI:
             self._report_fit()
         else:
             fn(self.model, **kwargs)
+
+    def _tune(self) -> None:
+        """1.x's ``tune`` subcommand: ``trainer.tune``; the learning-rate finder when nothing else is asked."""
+        trainer = self.trainer
+        if not trainer.auto_scale_batch_size and not trainer.auto_lr_find:
+            trainer.auto_lr_find = True
+        result = trainer.tune(self.model, datamodule=self.datamodule)
+        if not trainer.is_global_zero:
+            return
+        if result["scale_batch_size"] is not None:
+            print(f"batch size: {result['scale_batch_size']}")
+        finder = result["lr_find"]
+        if finder is not None:
+            print(f"learning rate: {finder.suggestion()}")
+            try:
+                figure = finder.plot(suggest=True)
+            except ImportError:
+                print("(install matplotlib for the plot)")
+                return
+            path = os.path.join(trainer.default_root_dir, "lr_find.png")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            figure.savefig(path)
+            print(f"plot: {path}")
 
     def _report_fit(self) -> None:
         trainer = self.trainer
@@ -284,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
         path = plot_run(argv[1])
         print(path if path else f"No metrics (or no matplotlib) to plot in {argv[1]}.")
         return
-    if argv[:1] == ["fit"] and not any(
+    if argv[:1] in (["fit"], ["tune"]) and not any(
         a == "--model" or a.startswith(("--model=", "--model.", "--config", "-c")) for a in argv
     ):
         argv += ["--model", _DEMO_MODEL]
@@ -292,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
             argv += ["--data", _DEMO_DATA]
         if not any(a.startswith("--trainer.max_epochs") for a in argv):
             argv += ["--trainer.max_epochs", "20"]
-        print("No --model given: training the bundled digits demo (fulmen fit --help for options).")
+        print(f"No --model given: the bundled digits demo (fulmen {argv[0]} --help for options).")
     LightningCLI(args=argv)
 
 

@@ -80,3 +80,16 @@ def test_plot_command(tmp_path):
     path = plot_run(str(tmp_path))
     assert path is not None and Path(path).read_bytes()[:4] == b"\x89PNG"
     main(["plot", str(tmp_path)])
+
+
+def test_fulmen_tune_finds_batch_size_and_learning_rate_and_saves_the_plot(tmp_path, capsys):
+    """1.x's `tune` subcommand on the demo: both finders, the plot written as PNG."""
+    pytest.importorskip("sklearn")
+    pytest.importorskip("matplotlib")
+    main(["tune", "--trainer.auto_scale_batch_size=power", "--trainer.auto_lr_find=true", "--trainer.logger=false",
+          "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
+    out = capsys.readouterr().out
+    size = int(out.split("batch size: ")[1].split()[0])
+    lr = float(out.split("learning rate: ")[1].split()[0])
+    assert size >= 512 and 1e-8 < lr < 1  # no memory limit on the CPU: it grew to the training set's size
+    assert (tmp_path / "lr_find.png").read_bytes()[:4] == b"\x89PNG"
