@@ -107,6 +107,7 @@ def main(outdir: str) -> None:
                          "should_stop": trainer.should_stop}  # fmt: skip
     results["collectives"] = collectives(trainer.strategy)
     results["batch_size"] = tuned_batch_size()
+    results["lr_find"] = tuned_learning_rate()
     results["rank_zero"] = rank_zero_run(outdir)
     results["outdir"] = outdir
     rank = torch.distributed.get_rank()
@@ -134,6 +135,30 @@ def tuned_batch_size() -> dict:
         "weights_restored": same,
         "tried": sorted(set(model.seen)),
     }
+
+
+def tuned_learning_rate() -> float:
+    """The learning-rate finder under DDP, each rank seeing other data: all take rank 0's suggestion."""
+    from fulmen.tuner import Tuner
+
+    class WithLR(Model):
+        def __init__(self):
+            super().__init__()
+            self.lr = 0.3
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", 0)))
+    model = WithLR()
+    data = loader(batch_size=4)
+    if rank:  # another rank, other data: its own test would suggest another rate
+        x, y = data.dataset.tensors
+        data = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(x.flip(0) * 3, y.flip(0)), batch_size=4
+        )
+    Tuner(ddp_trainer()).lr_find(model, data, min_lr=1e-4, max_lr=10.0, num_training=40)
+    return model.lr
 
 
 def collectives(strategy) -> dict:

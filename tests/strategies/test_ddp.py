@@ -196,6 +196,11 @@ def test_batch_size_finder_agrees_between_ranks(ddp_results):
 
 
 @pytest.mark.slow
+def test_learning_rate_finder_agrees_between_ranks(ddp_results):
+    assert ddp_results[0]["lr_find"] == ddp_results[1]["lr_find"] != 0.3
+
+
+@pytest.mark.slow
 def test_collectives(ddp_results):
     for rank in (0, 1):
         assert ddp_results[rank]["collectives"] == {

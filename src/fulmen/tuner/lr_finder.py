@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.callbacks.callback import Callback
+from fulmen.strategies.ddp import DDPStrategy
 from fulmen.tuner.trials import preserved, run_stage, trial_trainer
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
@@ -197,10 +198,15 @@ def lr_find(
         )
     finder = LRFinder(mode, min_lr, max_lr, num_training)
     loaders = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}
+    outer = trainer.strategy
+    if type(outer) is DDPStrategy:
+        outer.setup_environment()  # the process group rank 0's record is shared through
     with preserved(model, datamodule):
         trial = trial_trainer(trainer, num_training, limit_val_batches=0,
                               callbacks=[_RangeTest(finder, early_stop_threshold)])  # fmt: skip
         run_stage(trial, "fit", model, datamodule, {k: v for k, v in loaders.items() if v is not None})
+    # under DDP every process ran its own test; all take rank 0's, so they all train with the same rate
+    finder.results = outer.broadcast(finder.results, src=0)
     lr = finder.suggestion()
     if update_attr and lr is not None and where is not None:
         owner, name = where
