@@ -219,6 +219,7 @@ def scale_batch_size(
                 fitted = True
             except BaseException as error:
                 if not is_oom_error(error):
+                    outer.on_exception(error)  # under DDP: the others stop waiting for this process's vote
                     raise
                 fitted = False
             free_memory()
