@@ -68,16 +68,17 @@ class LRFinder:
     def plot(self, suggest: bool = False, show: bool = False, ax: Any = None) -> Any:
         """Loss against learning rate (log scale for 'exponential'); ``suggest`` marks the suggestion.
         Returns the matplotlib figure (matplotlib is imported here, only when plotting)."""
-        import matplotlib
-
-        if ax is None and not show:
-            matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            figure, ax = plt.subplots()
-        else:
+        if ax is not None:
             figure = ax.figure
+        elif show:
+            import matplotlib.pyplot as plt
+
+            figure, ax = plt.subplots()
+        else:  # a figure of its own, without pyplot: the user's backend is left alone
+            from matplotlib.figure import Figure
+
+            figure = Figure()
+            ax = figure.subplots()
         lrs, losses = self.results["lr"], self.results["loss"]
         ax.plot(lrs, losses)
         if self.mode == "exponential":
@@ -90,6 +91,8 @@ class LRFinder:
                 ax.plot(lr, losses[self._optimal_idx], marker="o", markersize=10, color="red")
                 ax.set_title(f"suggested learning rate: {lr:.3g}")
         if show:
+            import matplotlib.pyplot as plt
+
             plt.show()
         return figure
 
