@@ -98,6 +98,11 @@ def _ended_children(children: list[subprocess.Popen[bytes]]) -> list[str]:
     return ended
 
 
+def _destroy_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _free_port() -> int:
     import socket
 
@@ -251,6 +256,9 @@ class DDPStrategy(Strategy):
                 backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
                 store=self._elastic_store(),
             )  # fmt: skip
+            # torch asks for the group to be destroyed before the process ends: left to interpreter shutdown,
+            # its threads were once torn down in an order that aborted the process (SIGABRT) after a clean run
+            atexit.register(_destroy_group)
         rank_zero_only.rank = self.global_rank  # type: ignore[attr-defined]
         super().setup_environment()
 
