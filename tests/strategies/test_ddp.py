@@ -366,3 +366,39 @@ def test_a_failing_rank_says_which_it_is_and_what_to_do(capsys, monkeypatch):
     assert "strategy='ddp_find_unused_parameters_true'" in printed
     if sys.version_info >= (3, 11):
         assert "raised on rank 1 of 2" in error.__notes__[0]
+
+
+def test_sync_batchnorm(monkeypatch):
+    """Trainer(sync_batchnorm=True): BatchNorm layers become SyncBatchNorm before DDP wraps the module (a
+    one-process gloo group; the run itself needs GPUs); refused on CPUs, where torch cannot run SyncBatchNorm;
+    a no-op warning with one process."""
+    from types import SimpleNamespace
+
+    from fulmen.accelerators import CPUAccelerator
+    from fulmen.strategies.ddp import DDPStrategy
+    from fulmen.strategies.environment import detect
+    from fulmen.utilities.exceptions import MisconfigurationException
+
+    _clear_launcher_env(monkeypatch)
+    with pytest.raises(MisconfigurationException, match="GPUs only"):
+        fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", sync_batchnorm=True, logger=False)
+    with pytest.warns(UserWarning, match="no effect with one process"):
+        fulmen.Trainer(accelerator="cpu", devices=1, sync_batchnorm=True, logger=False)
+
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(_free_port())}  # fmt: skip
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    model = Model()
+    model.net.insert(1, torch.nn.BatchNorm1d(16))
+    strategy = DDPStrategy(accelerator=CPUAccelerator())
+    strategy.check_launch([torch.device("cpu")], 1, detect())
+    strategy.setup_environment()
+    try:
+        strategy.connect(model)
+        # DDP itself refuses SyncBatchNorm on CPU modules: its error shows it was handed the converted layers
+        with pytest.raises(ValueError, match="SyncBatchNorm layers only work with GPU modules"):
+            strategy.setup(SimpleNamespace(sync_batchnorm=True))
+        assert type(model.net[1]) is torch.nn.SyncBatchNorm
+    finally:
+        torch.distributed.destroy_process_group()

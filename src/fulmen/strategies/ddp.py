@@ -279,9 +279,15 @@ class DDPStrategy(Strategy):
         return dist.PrefixStore(f"fulmen/attempt_{attempt}", client)
 
     def setup(self, trainer: Trainer) -> None:
-        super().setup(trainer)
         module = self._lightning_module
         assert module is not None
+        if trainer.sync_batchnorm:
+            # BatchNorm statistics over the global batch; before the optimizers exist, so they hold the new layers
+            converted = nn.SyncBatchNorm.convert_sync_batchnorm(module)
+            assert (
+                converted is module
+            )  # a LightningModule is not itself a BatchNorm: its children were swapped
+        super().setup(trainer)
         device_ids = [self._root_device.index] if self._root_device.type == "cuda" else None
         self._model = DistributedDataParallel(
             _StepModule(module, self), device_ids=device_ids, **self._ddp_kwargs

@@ -185,6 +185,18 @@ class Trainer:
         self._devices = self.accelerator.parse_devices(devices)
         self.num_nodes = num_nodes
         self.strategy = self._select_strategy(strategy)
+        if not isinstance(sync_batchnorm, bool):
+            raise MisconfigurationException(f"sync_batchnorm={sync_batchnorm!r} must be True or False.")
+        if sync_batchnorm and isinstance(self.strategy, DDPStrategy) and self.accelerator.name == "cpu":
+            raise MisconfigurationException(
+                "Trainer(sync_batchnorm=True) turns BatchNorm layers into torch.nn.SyncBatchNorm, which torch runs "
+                "on GPUs only, but accelerator='cpu'. Use sync_batchnorm=False on CPUs."
+            )
+        if sync_batchnorm and not isinstance(self.strategy, DDPStrategy):
+            rank_zero_warn(
+                "Trainer(sync_batchnorm=True) has no effect with one process (it syncs across DDP ranks)."
+            )
+        self.sync_batchnorm = sync_batchnorm
         self._deterministic = deterministic
         self._benchmark = benchmark
         self._inference_mode = inference_mode

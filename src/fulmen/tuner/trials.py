@@ -26,7 +26,7 @@ def trial_trainer(trainer: Trainer, steps: int, **overrides: Any) -> Trainer:
         callbacks=[], num_sanity_val_steps=0, fast_dev_run=False, max_time=None, min_epochs=None, min_steps=None,
         max_epochs=None, max_steps=steps, limit_train_batches=1.0, limit_val_batches=steps, limit_test_batches=steps,
         limit_predict_batches=steps, val_check_interval=steps, check_val_every_n_epoch=None,
-        auto_scale_batch_size=None, auto_lr_find=False, stochastic_weight_avg=False, num_nodes=1,
+        auto_scale_batch_size=None, auto_lr_find=False, stochastic_weight_avg=False, sync_batchnorm=False, num_nodes=1,
         strategy="single_device", devices=[device.index or 0] if device.type == "cuda" else 1,
     )  # fmt: skip
     kwargs.update(overrides)
