@@ -165,3 +165,10 @@ def test_several_optimizers_under_automatic_optimization():
 
     with pytest.raises(MisconfigurationException, match="manual|optimizer_idx"):
         Trainer(max_epochs=1, **QUIET).fit(M())
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [({"profiler": "simple"}, "no profiler"),
+                                               ({"model_registry": "org/model"}, "model registry")])  # fmt: skip
+def test_flags_fulmen_does_not_implement_say_so(kwargs, match):
+    with pytest.warns(UserWarning, match=match):
+        Trainer(logger=False, max_epochs=1, **kwargs)

@@ -185,6 +185,16 @@ class Trainer:
         self._devices = self.accelerator.parse_devices(devices)
         self.num_nodes = num_nodes
         self.strategy = self._select_strategy(strategy)
+        if profiler is not None:  # said plainly rather than accepted and ignored
+            rank_zero_warn(
+                f"Trainer(profiler={profiler!r}): fulmen has no profiler of its own; the run is not profiled. Wrap "
+                "trainer.fit() in torch.profiler.profile(...) to profile it."
+            )
+        if model_registry is not None:
+            rank_zero_warn(
+                f"Trainer(model_registry={model_registry!r}): fulmen uploads nothing to a model registry; the "
+                "argument is ignored (checkpoints are written locally)."
+            )
         if not isinstance(sync_batchnorm, bool):
             raise MisconfigurationException(f"sync_batchnorm={sync_batchnorm!r} must be True or False.")
         if sync_batchnorm and isinstance(self.strategy, DDPStrategy) and self.accelerator.name == "cpu":
