@@ -116,6 +116,15 @@ def test_dataloaders_passed_to_fit_are_rebuilt_by_the_callback():
         Tuner(_trainer(logger=False)).scale_batch_size(model)
 
 
+def test_validate_method_searches_the_evaluated_loader():
+    """method='validate' with dataloaders=: the trials validate with rebuilt copies of that loader."""
+    model = OOMModel(fits_up_to=20)
+    size = Tuner(_trainer(logger=False)).scale_batch_size(
+        model, dataloaders=DataLoader(dataset(64), batch_size=2), method="validate"
+    )
+    assert size == 16 == model.batch_size and model.seen == []  # validation only: no training step ran
+
+
 def test_other_errors_are_raised_at_once():
     class Broken(OOMModel):
         def training_step(self, batch, batch_idx):

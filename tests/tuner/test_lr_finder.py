@@ -85,5 +85,7 @@ def test_one_x_auto_lr_find_and_errors():
         Tuner(_trainer()).lr_find(OOMModel())
     with pytest.raises(MisconfigurationException, match="mode='cosine'"):
         Tuner(_trainer()).lr_find(Regression(), mode="cosine")
+    with pytest.raises(MisconfigurationException, match="rather than dataloaders="):
+        Tuner(_trainer()).lr_find(Regression(), dataloaders=[])
     with pytest.raises(MisconfigurationException, match="min_lr"):
         Tuner(_trainer()).lr_find(Regression(), min_lr=1.0, max_lr=0.1)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.strategies.ddp import DDPStrategy
-from fulmen.tuner.trials import preserved, run_stage, trial_trainer
+from fulmen.tuner.trials import preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.data import has_len, rebuild_dataloader
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info
@@ -105,13 +105,6 @@ def batch_size_owners(
         if hparams is not None and name in hparams:
             owners.append((hparams, name))
     return owners
-
-
-def _set(owner: Any, name: str, value: int) -> None:
-    if isinstance(owner, dict):
-        owner[name] = value
-    else:
-        setattr(owner, name, value)
 
 
 def _get(owner: Any, name: str) -> Any:
@@ -210,7 +203,7 @@ def scale_batch_size(
 
         def run_trial(size: int) -> bool:
             for owner, name in owners:
-                _set(owner, name, size)
+                set_field(owner, name, size)
             trial_loaders = {k: rebuild_dataloader(v, batch_size=size) if k == searched else v
                              for k, v in loaders.items()}  # fmt: skip
             model.load_state_dict(weights)
@@ -231,11 +224,11 @@ def scale_batch_size(
             found = search(run_trial, mode, init_val, max_trials, margin, limit)
         except BaseException:
             for owner, name, value in previous_values:
-                _set(owner, name, value)
+                set_field(owner, name, value)
             raise
     assert found.result is not None
     for owner, name in owners:
-        _set(owner, name, found.result)
+        set_field(owner, name, found.result)
     if on_result is not None:
         on_result(found.result, {searched: rebuild_dataloader(loaders[searched], batch_size=found.result)}
                   if searched in loaders else {})  # fmt: skip

@@ -14,7 +14,7 @@ import torch
 
 from fulmen.callbacks.callback import Callback
 from fulmen.strategies.ddp import DDPStrategy
-from fulmen.tuner.trials import preserved, run_stage, trial_trainer
+from fulmen.tuner.trials import preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
@@ -177,9 +177,10 @@ def lr_find(
     update_attr: bool = True,
     attr_name: str = "",
 ) -> LRFinder | None:
-    if method != "fit":
+    if method != "fit" or dataloaders is not None:
         raise MisconfigurationException(
-            f"method={method!r}: the learning-rate finder trains, so only 'fit' works."
+            f"method={method!r}, dataloaders={type(dataloaders).__name__}: the learning-rate finder trains, so only "
+            "method='fit' works, with train_dataloaders= (and val_dataloaders=) rather than dataloaders=."
         )
     if mode not in _MODES:
         raise MisconfigurationException(f"mode={mode!r} is not a learning-rate finder mode: use {_MODES}.")
@@ -213,10 +214,7 @@ def lr_find(
     lr = finder.suggestion()
     if update_attr and lr is not None and where is not None:
         owner, name = where
-        if isinstance(owner, dict) or hasattr(owner, "keys"):
-            owner[name] = lr
-        else:
-            setattr(owner, name, lr)
+        set_field(owner, name, lr)
         rank_zero_info(f"Learning rate set to {lr:.3g} ({name}).")
     return finder
 

@@ -56,5 +56,17 @@ def preserved(model: LightningModule, datamodule: LightningDataModule | None) ->
 def run_stage(
     trial: Trainer, method: str, model: LightningModule, datamodule: Any, loaders: dict[str, Any]
 ) -> Any:
-    """``trial.fit/validate/test/predict`` with the loaders meant for that method."""
-    return getattr(trial, method)(model, datamodule=datamodule, **loaders)
+    """``trial.fit/validate/test/predict`` with the loaders meant for that method (fit takes train and val
+    loaders, the others ``dataloaders``)."""
+    wanted = ("train_dataloaders", "val_dataloaders") if method == "fit" else ("dataloaders",)
+    return getattr(trial, method)(
+        model, datamodule=datamodule, **{k: v for k, v in loaders.items() if k in wanted}
+    )
+
+
+def set_field(owner: Any, name: str, value: Any) -> None:
+    """Write a tuned value where it was found: an attribute, or a key of ``hparams`` (a dict)."""
+    if isinstance(owner, dict):
+        owner[name] = value
+    else:
+        setattr(owner, name, value)
