@@ -125,6 +125,40 @@ def test_model_checkpoint_matches_lightning(tmp_path, scenario):
     assert ours == theirs
 
 
+def _resumed_runs(
+    framework: Any, model_cls: Any, root: Path, options: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Epoch 1, then resumed twice with ckpt_path="last" by a new trainer and callback: what is on disk."""
+    seen = []
+    for epochs in (1, 2, 3):
+        callback = framework.callbacks.ModelCheckpoint(dirpath=root, **options)
+        _trainer(framework, root, epochs, callbacks=[callback]).fit(
+            model_cls(), ckpt_path="last" if epochs > 1 else None
+        )
+        state = next(iter(torch.load(callback.last_model_path, weights_only=False)["callbacks"].values()))
+        seen.append({
+            "files": sorted(os.listdir(root)),
+            "last": os.path.basename(callback.last_model_path),
+            "best": os.path.basename(callback.best_model_path),
+            "last in its own state": os.path.basename(state["last_model_path"]),
+        })  # fmt: skip
+    return seen
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"every_n_train_steps": 4, "save_last": True}, {"monitor": "score", "save_top_k": 2, "save_last": True}],
+    ids=["steps_no_monitor", "monitor_top2"],
+)
+def test_resumed_runs_rotate_the_same_files_as_lightning(tmp_path, options):
+    """A run resumed from last.ckpt goes on writing last.ckpt (its callback state names itself) and removes
+    the top-k files it replaces, as Lightning does; not last-v1.ckpt beside a stale last.ckpt."""
+    ours = _resumed_runs(fulmen, FulmenModel, tmp_path / "fulmen", options)
+    theirs = _resumed_runs(pl, LightningModel, tmp_path / "lightning", options)
+    assert ours == theirs
+    assert ours[-1]["last"] == "last.ckpt"
+
+
 def _state_key_of(callback_cls: Any) -> str:
     return callback_cls(monitor="score", every_n_epochs=2).state_key
 

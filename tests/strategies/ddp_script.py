@@ -226,8 +226,19 @@ def elastic_run(outdir: str) -> None:
                 "resumed_from": trainer.ckpt_path}, f"{outdir}/elastic_rank{trainer.global_rank}.pt")  # fmt: skip
 
 
+def exit_after_collectives() -> None:
+    """Collectives right up to the end of the script: the interpreter shuts down while gloo's worker threads
+    may still be releasing the last tensors (a run that had succeeded once aborted there, SIGABRT)."""
+    trainer = ddp_trainer(max_epochs=1)
+    trainer.fit(Model(), loader(batch_size=4))
+    for _ in range(300):
+        trainer.strategy.reduce(torch.ones(3), reduce_op="sum")
+
+
 if __name__ == "__main__":
-    if "TEST_ELASTIC" in os.environ:
+    if "TEST_EXIT" in os.environ:
+        exit_after_collectives()
+    elif "TEST_ELASTIC" in os.environ:
         elastic_run(sys.argv[1])
     elif "TEST_KILL_RANK" in os.environ:
         killed_run(sys.argv[1], int(os.environ["TEST_KILL_RANK"]))

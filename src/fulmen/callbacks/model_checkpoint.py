@@ -323,18 +323,36 @@ class ModelCheckpoint(Checkpoint):
             self._save_last_checkpoint(trainer, candidates)
         self._last_global_step_saved = trainer.global_step
 
-    def _write(self, trainer: Trainer, path: str) -> None:
-        trainer.save_checkpoint(path, self.save_weights_only)
-        self._last_checkpoint_saved = path
+    def _write(self, trainer: Trainer, path: str, names: str | None = None) -> None:
+        """Save to ``path``. ``names``: the attribute (best_model_path / last_model_path) that points at the
+        file, set before saving: the callback state inside the file then names the file itself, so a run
+        resumed from it goes on rotating the same files (not ``last-v1.ckpt`` beside ``last.ckpt``)."""
+        before = getattr(self, names) if names else None
+        if names:
+            setattr(self, names, path)
+        try:
+            if names == "last_model_path" and self._link_last():
+                _link(self._last_checkpoint_saved, path)
+            else:
+                trainer.save_checkpoint(path, self.save_weights_only)
+        except BaseException:
+            if names:
+                setattr(self, names, before)  # nothing was written: keep naming the file that was
+            raise
+        if names != "last_model_path":
+            self._last_checkpoint_saved = path
+
+    def _link_last(self) -> bool:
+        return self.save_last == "link" and bool(self._last_checkpoint_saved) and self.save_top_k != 0
 
     def _save_topk_checkpoint(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
         if self.save_top_k == 0:
             return
         if self.monitor is None:
-            previous = self._last_checkpoint_saved if self.save_top_k == 1 else ""
+            # after a resume, best_model_path (restored) names the file this one replaces
+            previous = self.best_model_path if self.save_top_k == 1 else ""
             path = self._versioned_path(candidates, None, keep=previous or None)
-            self._write(trainer, path)
-            self.best_model_path = path
+            self._write(trainer, path, names="best_model_path")
             if previous and previous != path:
                 self._remove(trainer, previous)
             return
@@ -387,26 +405,17 @@ class ModelCheckpoint(Checkpoint):
             self._remove(trainer, replaced)
 
     def _save_last_checkpoint(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
-        if not self.save_last:
-            return
-        previous = self.last_model_path
-        path = self._versioned_path(candidates, self.CHECKPOINT_NAME_LAST, keep=previous or None)
-        if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
-            _link(self._last_checkpoint_saved, path)
-        else:
-            trainer.save_checkpoint(path, self.save_weights_only)
-        self.last_model_path = path
-        if previous and previous != path:
-            self._remove(trainer, previous)
+        if self.save_last:
+            self._rotate_last(trainer, candidates)
 
     def save_interrupt_checkpoint(self, trainer: Trainer) -> str:
         """A last checkpoint now (on SIGTERM / Ctrl-C), so ``ckpt_path="last"`` continues from here."""
+        return self._rotate_last(trainer, self._monitor_candidates(trainer))
+
+    def _rotate_last(self, trainer: Trainer, candidates: dict[str, Any]) -> str:
         previous = self.last_model_path
-        path = self._versioned_path(
-            self._monitor_candidates(trainer), self.CHECKPOINT_NAME_LAST, keep=previous or None
-        )
-        trainer.save_checkpoint(path, self.save_weights_only)
-        self.last_model_path = path
+        path = self._versioned_path(candidates, self.CHECKPOINT_NAME_LAST, keep=previous or None)
+        self._write(trainer, path, names="last_model_path")
         if previous and previous != path:
             self._remove(trainer, previous)
         return path

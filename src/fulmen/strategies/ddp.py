@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -99,8 +100,45 @@ def _ended_children(children: list[subprocess.Popen[bytes]]) -> list[str]:
 
 
 def _destroy_group() -> None:
+    """At exit: leave the process group, then let gloo's worker threads go idle before the interpreter ends.
+
+    A gloo worker releases a collective's tensors just after the caller's ``wait()`` has returned, and for a
+    tensor Python knows that release takes the GIL. Had the interpreter begun to shut down by then, the
+    thread was ended inside C++ and the process aborted ("terminate called without an active exception",
+    SIGABRT) after a run that had succeeded (seen under torchrun, torch 2.13). Destroying the group does not
+    join those threads (DDP's C++ side keeps the group alive), so this waits until each one sleeps.
+    """
     if dist.is_initialized():
         dist.destroy_process_group()
+    _wait_until_idle("pt_gloo_runloop")
+
+
+def _wait_until_idle(thread_name: str, timeout: float = 2.0, settle: int = 3) -> None:
+    """Sleep (the GIL free) until the threads called ``thread_name`` are asleep at ``settle`` looks in a row."""
+    tasks = f"/proc/{os.getpid()}/task"
+    if not os.path.isdir(tasks):  # not Linux: a pause long enough for a release already under way
+        time.sleep(0.05)
+        return
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while quiet < settle and time.monotonic() < deadline:
+        time.sleep(0.01)
+        quiet = quiet + 1 if all(state == "S" for state in _thread_states(tasks, thread_name)) else 0
+
+
+def _thread_states(tasks: str, thread_name: str) -> list[str]:
+    """The scheduler states (R running, S sleeping, ...) of this process's threads called ``thread_name``."""
+    states = []
+    for tid in os.listdir(tasks):
+        try:
+            with open(f"{tasks}/{tid}/comm") as comm:
+                if comm.read().strip() != thread_name:
+                    continue
+            with open(f"{tasks}/{tid}/stat") as stat:
+                states.append(stat.read().rpartition(")")[2].split()[0])
+        except (FileNotFoundError, ProcessLookupError, IndexError):  # the thread ended meanwhile
+            continue
+    return states
 
 
 def _free_port() -> int:
