@@ -69,7 +69,7 @@ class Net(fulmen.LightningModule):
 
 
 def _global_batch(trainer) -> int:
-    return trainer.current_epoch * BATCHES_PER_EPOCH + trainer._progress.batch_idx - 1
+    return trainer.current_epoch * BATCHES_PER_EPOCH + trainer.run_context.progress.batch_idx - 1
 
 
 class Saver(Callback):

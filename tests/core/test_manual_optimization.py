@@ -70,7 +70,7 @@ def test_grads_are_none_after_zero_grad_by_default_and_with_the_override():
 
     def record(module):
         def on_before_backward(loss):
-            if module.trainer.fit_loop.epoch_loop.window_pos == 1:  # right after optimizer_zero_grad
+            if module.trainer.run_context.progress.window.pos == 1:  # right after optimizer_zero_grad
                 seen.append(all(p.grad is None for p in module.parameters()))
 
         return on_before_backward

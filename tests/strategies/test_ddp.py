@@ -417,8 +417,6 @@ def test_sync_batchnorm(monkeypatch):
     """Trainer(sync_batchnorm=True): BatchNorm layers become SyncBatchNorm before DDP wraps the module (a
     one-process gloo group; the run itself needs GPUs); refused on CPUs, where torch cannot run SyncBatchNorm;
     a no-op warning with one process."""
-    from types import SimpleNamespace
-
     from fulmen.accelerators import CPUAccelerator
     from fulmen.strategies.ddp import DDPStrategy
     from fulmen.strategies.environment import detect
@@ -443,7 +441,8 @@ def test_sync_batchnorm(monkeypatch):
         strategy.connect(model)
         # DDP itself refuses SyncBatchNorm on CPU modules: its error shows it was handed the converted layers
         with pytest.raises(ValueError, match="SyncBatchNorm layers only work with GPU modules"):
-            strategy.setup(SimpleNamespace(sync_batchnorm=True))
+            strategy.connect_run(None, sync_batchnorm=True)
+            strategy.setup()
         assert type(model.net[1]) is torch.nn.SyncBatchNorm
     finally:
         torch.distributed.destroy_process_group()

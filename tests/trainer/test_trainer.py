@@ -249,7 +249,7 @@ def test_matmul_precision_holds_for_the_run_and_is_restored():
 
 
 def test_matmul_precision_is_suggested_once_on_a_tensor_core_gpu(monkeypatch, caplog):
-    from fulmen.trainer import trainer as trainer_module
+    from fulmen.trainer import runner as trainer_module
 
     monkeypatch.setattr(trainer_module, "_matmul_suggested", False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))

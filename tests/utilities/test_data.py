@@ -117,7 +117,7 @@ def test_a_shuffled_run_resumes_mid_epoch_exactly(tmp_path):
 
 def test_data_loading_advice(monkeypatch):
     trainer = fulmen.Trainer(max_epochs=3, logger=False)
-    data = trainer._data
+    data = trainer.run_context.data
     monkeypatch.setattr("os.cpu_count", lambda: 8)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

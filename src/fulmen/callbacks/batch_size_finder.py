@@ -49,11 +49,12 @@ class BatchSizeFinder(Callback):
     def scale_batch_size(self, trainer: Trainer, pl_module: LightningModule) -> None:
         method = trainer.state.fn.value if trainer.state.fn is not None else "fit"
         stage, argument = _LOADER_ARGUMENT[method]
-        passed = trainer._data.sources.get(stage)
+        data = trainer.run_context.data
+        passed = data.passed(stage)
 
         def swap_loader(size: int, rebuilt: dict[str, Any]) -> None:
             if argument in rebuilt:
-                trainer._data.sources[stage] = rebuilt[argument]
+                data.replace(stage, rebuilt[argument])
 
         self.optimal_batch_size = scale_batch_size(
             trainer, pl_module, datamodule=trainer.datamodule, method=method, mode=self.mode,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -97,16 +98,15 @@ class GradientAccumulationScheduler(Callback):
                 f"{type(pl_module).__name__} sets `automatic_optimization = False`. Remove the callback and "
                 "accumulate in training_step, or switch to automatic optimization."
             )
-        configured = trainer._loop_config.accumulate_grad_batches
+        configured = trainer.config.accumulate_grad_batches
         if configured != 1:
             raise ValueError(
                 f"Trainer(accumulate_grad_batches={configured}) and a GradientAccumulationScheduler both set "
                 "the accumulation factor. Remove `accumulate_grad_batches` from the Trainer (the schedule "
                 "decides) or remove the callback."
             )
-        hooks = trainer._hooks
         if self.going_to_accumulate_grad_batches() and (
-            hooks.module_overrides("optimizer_step") or hooks.module_overrides("optimizer_zero_grad")
+            is_overridden("optimizer_step", pl_module) or is_overridden("optimizer_zero_grad", pl_module)
         ):
             rank_zero_warn(
                 "With gradient accumulation, your optimizer_step / optimizer_zero_grad overrides run once per "

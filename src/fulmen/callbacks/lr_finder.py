@@ -35,7 +35,7 @@ class LearningRateFinder(Callback):
         self._done = False
 
     def lr_find(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        train = trainer._data.sources.get("train")
+        train = trainer.run_context.data.passed("train")
         self.optimal_lr = lr_find(trainer, pl_module, train_dataloaders=train, datamodule=trainer.datamodule,
                                   **self._options)  # type: ignore[arg-type]  # fmt: skip
         self._done = True
@@ -45,7 +45,7 @@ class LearningRateFinder(Callback):
             and self.optimal_lr.suggestion() is not None
         ):
             # configure_optimizers already ran with the old rate: build the optimizers again
-            trainer._configure_optimizers(pl_module)
+            trainer.strategy.setup_optimizers(trainer)
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._done:

@@ -83,12 +83,12 @@ class LearningRateMonitor(Callback):
         stats = self._stats(interval)
         if not stats:
             return
-        step = trainer._progress.batches_that_stepped
+        step = trainer.run_context.progress.batches_that_stepped
         for logger in trainer.loggers:
             logger.log_metrics(stats, step=step)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
-        if self.logging_interval == "epoch" or not trainer._metrics.should_log_step():
+        if self.logging_interval == "epoch" or not trainer.run_context.metrics.should_log_step():
             return
         self._log(trainer, "step")
 

@@ -138,7 +138,7 @@ class ModelCheckpoint(Checkpoint):
         if stage != "fit" or not trainer.is_global_zero or not os.path.isdir(self.dirpath):
             return
         _remove_stale_temporaries(self.dirpath)
-        if trainer._ckpt_request[0] is None and os.listdir(self.dirpath):
+        if trainer.run_context.checkpoint_request.path is None and os.listdir(self.dirpath):
             rank_zero_warn(f"Checkpoint directory {self.dirpath} exists and is not empty.")
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -363,7 +363,7 @@ class ModelCheckpoint(Checkpoint):
                 f"metrics: {sorted(k for k in candidates if k not in ('epoch', 'step'))}. Log it with "
                 f"self.log({self.monitor!r}, value) or change `monitor`."
             )
-            if trainer.validate_loop._has_run:
+            if trainer.validate_loop.has_run:
                 raise MisconfigurationException(message)
             self._warnings.warn(message)
             return

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 from fulmen.callbacks.callback import Callback
-from fulmen.trainer.logging import to_scalars
 
 
 class ProgressBar(Callback):
@@ -28,7 +27,7 @@ class ProgressBar(Callback):
         if logger is not None and logger.version is not None:
             version = logger.version
             items["v_num"] = version[-4:] if isinstance(version, str) else version
-        items.update(to_scalars(trainer._metrics.current_pbar_metrics()))
+        items.update(trainer.progress_bar_metrics)
         return items
 
 

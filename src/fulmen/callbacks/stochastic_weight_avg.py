@@ -143,7 +143,7 @@ class StochasticWeightAveraging(Callback):
             for mine, averaged in zip(pl_module.parameters(), self._average.module.parameters()):
                 mine.copy_(averaged.to(mine.device))
         self._recompute_batchnorm(trainer, pl_module)
-        trainer.lr_scheduler_configs = self._user_schedulers
+        trainer.strategy.lr_scheduler_configs = self._user_schedulers
         rank_zero_info(
             f"Stochastic weight averaging: the average of {self.n_averaged} epochs' weights is applied."
         )
@@ -159,8 +159,8 @@ class StochasticWeightAveraging(Callback):
             optimizer, swa_lr=swa_lrs, anneal_epochs=self.annealing_epochs,  # type: ignore[arg-type]
             anneal_strategy=self.annealing_strategy,  # type: ignore[arg-type]
         )  # fmt: skip
-        self._user_schedulers = trainer.lr_scheduler_configs
-        trainer.lr_scheduler_configs = [LRSchedulerConfig(self._scheduler, name="swa", interval="epoch")]
+        self._user_schedulers = trainer.strategy.lr_scheduler_configs
+        trainer.strategy.lr_scheduler_configs = [LRSchedulerConfig(self._scheduler, name="swa", interval="epoch")]
 
     def _add(self, trainer: Trainer, pl_module: LightningModule) -> None:
         assert self._average is not None

@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from fulmen.callbacks.callback import Callback
-from fulmen.trainer.config import parse_time
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.parsing import parse_time
 from fulmen.utilities.rank_zero import rank_zero_info
 
 _STAGES = ("train", "validate", "test", "predict")

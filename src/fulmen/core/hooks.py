@@ -1,7 +1,7 @@
 """Hook signatures shared by ``LightningModule`` (and, for the data hooks, ``LightningDataModule``).
 
 Every method here is a no-op or a documented default; the trainer calls them through one dispatcher
-(``fulmen.trainer.hooks``), which skips no-op hooks that a class does not override.
+(``fulmen.runtime.hooks``), which skips no-op hooks that a class does not override.
 """
 
 from __future__ import annotations

@@ -115,6 +115,11 @@ class HyperparametersMixin:
         self._hparams = hp
 
     @property
+    def log_hyperparams_enabled(self) -> bool:
+        """Whether loggers receive these hyperparameters (``save_hyperparameters(logger=False)`` turns it off)."""
+        return self._log_hyperparams
+
+    @property
     def hparams(self) -> AttributeDict:
         if not hasattr(self, "_hparams"):
             self._hparams = AttributeDict()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,17 +12,15 @@ from torch.optim import Optimizer
 
 from fulmen.core.hooks import CheckpointHooks, DataHooks, ModelHooks
 from fulmen.core.mixins import DeviceDtypeModuleMixin, HyperparametersMixin
-from fulmen.core.optimizer import LightningOptimizer
+from fulmen.core.optimizer import LightningOptimizer, unwrap_optimizer
 from fulmen.core.saving import load_from_checkpoint, restricted_classmethod
+from fulmen.utilities.clipping import check_clip_algorithm, check_clip_val
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.loggers.logger import Logger
     from fulmen.trainer.trainer import Trainer
-
-_CLIP_ALGORITHMS = ("norm", "value")
-
 
 class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, DataHooks, CheckpointHooks):
     """Organise a PyTorch model's training code: steps, optimizers and hooks.
@@ -152,7 +149,7 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         """The optimizers from ``configure_optimizers``: one object, or a list when there are several."""
         trainer = self.trainer
         opts: list[Any] = (
-            list(trainer.strategy._lightning_optimizers) if use_pl_optimizer else list(trainer.optimizers)
+            list(trainer.strategy.lightning_optimizers) if use_pl_optimizer else list(trainer.optimizers)
         )
         if len(opts) == 1:
             return opts[0]
@@ -198,7 +195,7 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         The previous ``requires_grad`` state is saved so that :meth:`untoggle_optimizer` restores it.
         ``optimizer_idx`` is accepted for the 1.x spelling ``toggle_optimizer(optimizer, optimizer_idx)``.
         """
-        target = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+        target = unwrap_optimizer(optimizer)
         own = {id(p) for group in target.param_groups for p in group["params"]}
         state: dict[Tensor, bool] = {}
         for opt in self.trainer.optimizers:
@@ -240,22 +237,11 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         trainer = self.trainer
         if gradient_clip_val is None:
             gradient_clip_val = trainer.gradient_clip_val or 0.0
-        if gradient_clip_algorithm is None:
-            gradient_clip_algorithm = trainer.gradient_clip_algorithm or "norm"
-        else:
-            gradient_clip_algorithm = gradient_clip_algorithm.lower()
-        if gradient_clip_algorithm not in _CLIP_ALGORITHMS:
-            raise MisconfigurationException(
-                f"gradient_clip_algorithm={gradient_clip_algorithm!r} is not supported. Use 'norm' or 'value'."
-            )
-        if not isinstance(gradient_clip_val, (int, float)) or gradient_clip_val < 0:
-            raise MisconfigurationException(
-                f"gradient_clip_val={gradient_clip_val!r} must be a number >= 0 (0 disables clipping)."
-            )
+        gradient_clip_algorithm = check_clip_algorithm(gradient_clip_algorithm or trainer.gradient_clip_algorithm or "norm")
+        check_clip_val(gradient_clip_val)
         if gradient_clip_val == 0:
             return
-        opt = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
-        trainer.precision_plugin.clip_gradients(opt, gradient_clip_val, gradient_clip_algorithm)
+        trainer.precision_plugin.clip_gradients(unwrap_optimizer(optimizer), gradient_clip_val, gradient_clip_algorithm)
 
     def configure_gradient_clipping(
         self,
@@ -346,7 +332,7 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
                 "is dropped. Log from inside the trainer's hooks."
             )
             return
-        results = trainer._results
+        results = trainer.run_context.results
         fx = self._current_fx_name
         if results is None or fx is None:
             raise MisconfigurationException(
@@ -409,12 +395,6 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         for param in self.parameters():
             param.requires_grad = True
         self.train()
-
-    @classmethod
-    def _step_takes_dataloader_idx(cls, step_name: str) -> bool:
-        fn = getattr(cls, step_name)
-        params = inspect.signature(fn).parameters
-        return "dataloader_idx" in params or any(p.kind is p.VAR_POSITIONAL for p in params.values())
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

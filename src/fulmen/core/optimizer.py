@@ -30,7 +30,6 @@ class LightningOptimizer:
         # below makes isinstance(wrapper, type(optimizer)) true.
         self._optimizer = optimizer
         self._strategy: Strategy | None = None
-        self._on_before_step: Callable[[], None] = _no_closure
         self._on_after_step: Callable[[], None] = _no_closure
         self.__class__ = type(
             "Lightning" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {}
@@ -44,6 +43,10 @@ class LightningOptimizer:
     @property
     def optimizer(self) -> Optimizer:
         return self._optimizer
+
+    def count_steps(self, counter: Callable[[], None] | None) -> None:
+        """Call ``counter`` after every ``step()`` (manual optimization counts its global steps this way)."""
+        self._on_after_step = counter if counter is not None else _no_closure
 
     @classmethod
     def _to_lightning_optimizer(cls, optimizer: Any, strategy: Strategy) -> LightningOptimizer:
@@ -81,7 +84,6 @@ class LightningOptimizer:
 
         ``closure`` (when given) runs forward and backward; optimizers like LBFGS call it several times.
         """
-        self._on_before_step()
         if closure is None:
             closure = _no_closure
         elif not callable(closure):
@@ -104,6 +106,11 @@ class LightningOptimizer:
 
     def __repr__(self) -> str:
         return f"LightningOptimizer({self._optimizer!r})"
+
+
+def unwrap_optimizer(optimizer: Optimizer | LightningOptimizer) -> Optimizer:
+    """The user's optimizer, whether given as itself or in its ``LightningOptimizer`` wrapper."""
+    return optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
 
 
 class _MockOptimizer(Optimizer):

@@ -8,45 +8,43 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.loops.fetcher import PrefetchIterator
-from fulmen.trainer.logging import ResultCollection
-from fulmen.trainer.state import RunningStage
+from fulmen.runtime.results import ResultCollection
 
 if TYPE_CHECKING:
-    from fulmen.trainer.trainer import Trainer
+    from fulmen.runtime.context import RunContext
 
 
-def no_grad_context(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
-    return torch.inference_mode() if trainer._inference_mode else torch.no_grad()
+def no_grad_context(inference_mode: bool) -> contextlib.AbstractContextManager[Any]:
+    return torch.inference_mode() if inference_mode else torch.no_grad()
 
 
 class EvaluationLoop:
     """Runs ``validation_step`` or ``test_step`` over every evaluation dataloader once."""
 
-    def __init__(self, trainer: Trainer, stage: str) -> None:
-        self.trainer = trainer
+    def __init__(self, context: RunContext, stage: str) -> None:
+        self.context = context
         self.stage = stage  # "validation" or "test"
         self.results = ResultCollection(training=False)
-        self._has_run = False  # a (non-sanity) run finished: monitored metrics must exist from now on
+        self.has_run = False  # a (non-sanity) run finished: monitored metrics must exist from now on
 
     def run(
         self, dataloaders: list[Any], num_batches: list[int | float], in_fit: bool
     ) -> list[dict[str, float]]:
-        trainer = self.trainer
-        hooks = trainer._hooks
+        context = self.context
+        hooks, strategy, metrics = context.hooks, context.strategy, context.metrics
         stage = self.stage
-        module = trainer.lightning_module
-        assert module is not None
         if not dataloaders or sum(num_batches) == 0:
             return []
         multiple = len(dataloaders) > 1
-        previous_results = trainer._results
+        sanity_checking = context.state.sanity_checking
+        previous_results = context.results
         self.results.reset()
-        self.results.sync = trainer.strategy.sync_metric
-        trainer._results = self.results
-        trainer._metrics.epoch_end = False
-        step = trainer.strategy.validation_step if stage == "validation" else trainer.strategy.test_step
-        with no_grad_context(trainer):
-            if in_fit and not trainer.sanity_checking:
+        self.results.sync = strategy.sync_metric
+        context.results = self.results
+        metrics.epoch_end = False
+        step = strategy.validation_step if stage == "validation" else strategy.test_step
+        with no_grad_context(context.config.inference_mode):
+            if in_fit and not sanity_checking:
                 hooks.call_module("on_validation_model_zero_grad")
             hooks.call_module(f"on_{stage}_model_eval")
             hooks.call_callbacks(f"on_{stage}_start")
@@ -56,41 +54,41 @@ class EvaluationLoop:
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
                 extra = (dl_idx,) if multiple else ()
                 for batch_idx, (batch, _) in enumerate(PrefetchIterator(loader, limit)):
-                    batch = trainer.strategy.batch_to_device(batch, dataloader_idx=dl_idx)
+                    batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
                     self.results.set_batch(batch, dl_idx if multiple else None)
                     hooks.call_callbacks(f"on_{stage}_batch_start", batch, batch_idx, *extra)
                     hooks.call_module(f"on_{stage}_batch_start", batch, batch_idx, *extra)
                     output = step(batch, batch_idx, *extra)
                     hooks.call_callbacks(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                     hooks.call_module(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
-                    trainer._metrics.on_eval_step_end(self.results)
+                    metrics.on_eval_step_end(self.results)
             self.results.dataloader_idx = None
-            trainer._metrics.epoch_end = True
+            metrics.epoch_end = True
             self.results.reduce_epoch()  # sync_dist values reduced here, where every rank is
             hooks.call_callbacks(f"on_{stage}_epoch_end")
             hooks.call_module(f"on_{stage}_epoch_end")
-            output_metrics = trainer._metrics.on_eval_epoch_end(self.results, len(dataloaders))
-            if not trainer.sanity_checking:
-                self._has_run = True
+            output_metrics = metrics.on_eval_epoch_end(self.results, len(dataloaders))
+            if not sanity_checking:
+                self.has_run = True
             hooks.call_callbacks(f"on_{stage}_end")
             hooks.call_module(f"on_{stage}_end")
             hooks.call_module(f"on_{stage}_model_train")
-        trainer._results = previous_results
+        context.results = previous_results
         return output_metrics
 
 
 class PredictionLoop:
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
 
     def run(self, dataloaders: list[Any], num_batches: list[int | float], return_predictions: bool) -> Any:
-        trainer = self.trainer
-        hooks = trainer._hooks
+        context = self.context
+        hooks, strategy = context.hooks, context.strategy
         multiple = len(dataloaders) > 1
         all_predictions: list[list[Any]] = [[] for _ in dataloaders]
         if not dataloaders or sum(num_batches) == 0:
             return None
-        with no_grad_context(trainer):
+        with no_grad_context(context.config.inference_mode):
             hooks.call_module("on_predict_model_eval")
             hooks.call_callbacks("on_predict_start")
             hooks.call_module("on_predict_start")
@@ -99,10 +97,10 @@ class PredictionLoop:
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
                 extra = (dl_idx,) if multiple else ()
                 for batch_idx, (batch, _) in enumerate(PrefetchIterator(loader, limit)):
-                    batch = trainer.strategy.batch_to_device(batch, dataloader_idx=dl_idx)
+                    batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
                     hooks.call_callbacks("on_predict_batch_start", batch, batch_idx, *extra)
                     hooks.call_module("on_predict_batch_start", batch, batch_idx, *extra)
-                    output = trainer.strategy.predict_step(batch, batch_idx, *extra)
+                    output = strategy.predict_step(batch, batch_idx, *extra)
                     if return_predictions:
                         all_predictions[dl_idx].append(output)
                     hooks.call_callbacks("on_predict_batch_end", output, batch, batch_idx, *extra)
@@ -116,4 +114,4 @@ class PredictionLoop:
         return all_predictions if multiple else all_predictions[0]
 
 
-__all__ = ["EvaluationLoop", "PredictionLoop", "RunningStage"]
+__all__ = ["EvaluationLoop", "PredictionLoop"]

@@ -7,17 +7,17 @@ loss (LBFGS) work. On batches that only accumulate, the closure runs without a s
 
 from __future__ import annotations
 
-import inspect
 import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from fulmen.runtime.hooks import training_step_takes_optimizer_idx
 from fulmen.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
-    from fulmen.trainer.trainer import Trainer
+    from fulmen.runtime.context import RunContext
 
 
 class ClosureResult:
@@ -106,8 +106,8 @@ class AutomaticOptimization:
     the second, and so on.
     """
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
         self.pass_optimizer_idx = False  # training_step takes optimizer_idx (decided once per fit)
         self.active: list[int] = [0]  # the optimizers that run on the current batch
         # the hooks left at their defaults run inline in the hot loop (see plan())
@@ -116,19 +116,17 @@ class AutomaticOptimization:
 
     def plan(self) -> None:
         """Decide, once per epoch, which default hooks the step may run inline instead of dispatching."""
-        hooks = self.trainer._hooks
+        hooks = self.context.hooks
         self._inline_zero_grad = hooks.defaults_only("on_before_zero_grad", "optimizer_zero_grad")
         self._inline_step = hooks.defaults_only("optimizer_step")
 
     def setup(self) -> None:
         """Read training_step's signature once per fit; several optimizers need ``optimizer_idx`` in it."""
-        trainer = self.trainer
-        module = trainer.lightning_module
+        context = self.context
+        module = context.module
         assert module is not None
-        n = len(trainer.optimizers)
-        params = inspect.signature(module.training_step).parameters
-        named = params.get("optimizer_idx")
-        takes_idx = named is not None or any(p.kind is p.VAR_POSITIONAL for p in params.values())
+        n = len(context.strategy.optimizers)
+        _, takes_idx, required = training_step_takes_optimizer_idx(module)
         if n > 1 and not takes_idx:
             raise MisconfigurationException(
                 f"configure_optimizers returned {n} optimizers, but {type(module).__name__}.training_step has "
@@ -137,14 +135,14 @@ class AutomaticOptimization:
                 "False` and step the optimizers yourself in training_step (opt1, opt2 = self.optimizers())."
             )
         # one optimizer: pass 0 only to a training_step that requires the argument (1.x passed nothing)
-        required = named is not None and named.default is inspect.Parameter.empty
         self.pass_optimizer_idx = n > 1 or required
         self.active = list(range(n))
 
     def active_optimizers(self, batch_idx: int) -> list[int]:
-        frequencies = self.trainer.optimizer_frequencies
+        strategy = self.context.strategy
+        frequencies = strategy.optimizer_frequencies
         if not frequencies:
-            return list(range(len(self.trainer.optimizers)))
+            return list(range(len(strategy.optimizers)))
         place = batch_idx % sum(frequencies)
         for idx, end in enumerate(itertools.accumulate(frequencies)):
             if place < end:
@@ -154,12 +152,12 @@ class AutomaticOptimization:
     def run(self, batch: Any, batch_idx: int, accumulate: bool, first_of_window: bool, window: int) -> Any:
         """Optimize on one batch; returns its output (one optimizer) or a list with one entry per optimizer
         (None for optimizers that do not run on this batch)."""
-        trainer = self.trainer
-        optimizers = trainer.optimizers
+        context = self.context
+        optimizers = context.strategy.optimizers
         if len(optimizers) == 1:
             return self._run_one(0, batch, batch_idx, accumulate, first_of_window, window)
         self.active = active = self.active_optimizers(batch_idx)
-        module = trainer.lightning_module
+        module = context.module
         assert module is not None
         outputs: list[Any] = [None] * len(optimizers)
         for idx in active:
@@ -173,9 +171,8 @@ class AutomaticOptimization:
     def _run_one(
         self, idx: int, batch: Any, batch_idx: int, accumulate: bool, first_of_window: bool, window: int
     ) -> dict[str, Any]:
-        trainer = self.trainer
-        strategy = trainer.strategy
-        hooks = trainer._hooks
+        context = self.context
+        strategy, hooks, progress = context.strategy, context.hooks, context.progress
         optimizer = strategy.optimizers[idx]
         step_args = (batch, batch_idx, idx) if self.pass_optimizer_idx else (batch, batch_idx)
 
@@ -191,7 +188,7 @@ class AutomaticOptimization:
                 hooks.call_callbacks("on_before_zero_grad", optimizer)
                 hooks.call_module("on_before_zero_grad", optimizer)
                 hooks.call_module_idx(
-                    "optimizer_zero_grad", index, trainer.current_epoch, batch_idx, optimizer
+                    "optimizer_zero_grad", index, progress.current_epoch, batch_idx, optimizer
                 )
             if result.closure_loss is not None:
                 strategy.backward(result.closure_loss, optimizer)
@@ -208,12 +205,12 @@ class AutomaticOptimization:
                 # manual-optimization steps
                 strategy.optimizer_step(optimizer, closure)
             else:
-                lightning_optimizer = strategy._lightning_optimizers[idx]
+                lightning_optimizer = strategy.lightning_optimizers[idx]
                 hooks.call_module_idx(
-                    "optimizer_step", index, trainer.current_epoch, batch_idx, lightning_optimizer, closure
+                    "optimizer_step", index, progress.current_epoch, batch_idx, lightning_optimizer, closure
                 )
             # Lightning's count: one step per optimizer_step call, whether or not the override stepped
-            trainer._progress.global_step += 1
+            progress.global_step += 1
         result = closure.consume_result()
         if result is None or result.loss is None:
             return {}
@@ -221,13 +218,24 @@ class AutomaticOptimization:
 
 
 class ManualOptimization:
-    """training_step does everything itself; the trainer only counts optimizer steps."""
+    """training_step does everything itself; the loop counts each ``optimizer.step()`` as a global step."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
+
+    def count_steps(self, manual: bool) -> None:
+        """Under manual optimization every ``opt.step()`` is a global step; under automatic optimization the
+        loop counts one per ``optimizer_step`` call instead (as Lightning does)."""
+        progress = self.context.progress
+
+        def count() -> None:
+            progress.global_step += 1
+
+        for optimizer in self.context.strategy.lightning_optimizers:
+            optimizer.count_steps(count if manual else None)
 
     def run(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        output = self.trainer.strategy.training_step(batch, batch_idx)
+        output = self.context.strategy.training_step(batch, batch_idx)
         if output is None:
             return {}
         if isinstance(output, Tensor):

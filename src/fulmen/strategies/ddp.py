@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -29,9 +29,6 @@ from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterEnvironment,
 from fulmen.strategies.strategy import Strategy
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_only
-
-if TYPE_CHECKING:
-    from fulmen.trainer.trainer import Trainer
 
 
 def _script_command() -> list[str]:
@@ -159,10 +156,8 @@ class _StepModule(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         strategy = self._strategy[0]
-        trainer = strategy._trainer
-        assert trainer is not None
         try:
-            return trainer._hooks.call_module("training_step", *args, **kwargs)
+            return strategy.call_training_step(*args, **kwargs)
         finally:
             if strategy._manual_step and isinstance(strategy._model, DistributedDataParallel):
                 strategy._model.require_backward_grad_sync = False
@@ -316,10 +311,19 @@ class DDPStrategy(Strategy):
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         return dist.PrefixStore(f"fulmen/attempt_{attempt}", client)
 
-    def setup(self, trainer: Trainer) -> None:
+    @property
+    def is_distributed(self) -> bool:
+        return True
+
+    def call_training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """The module's ``training_step`` through the dispatcher (what DDP's forward runs)."""
+        assert self._hooks is not None
+        return self._hooks.call_module("training_step", *args, **kwargs)
+
+    def setup(self, trainer: Any = None) -> None:
         module = self._lightning_module
         assert module is not None
-        if trainer.sync_batchnorm:
+        if self._sync_batchnorm:
             # BatchNorm statistics over the global batch; before the optimizers exist, so they hold the new layers
             converted = nn.SyncBatchNorm.convert_sync_batchnorm(module)
             assert (

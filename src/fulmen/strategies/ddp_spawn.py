@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.accelerators import Accelerator
-from fulmen.callbacks.model_checkpoint import ModelCheckpoint
 from fulmen.precision import Precision
 from fulmen.strategies.ddp import DDPStrategy, _free_port
 from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterEnvironment
@@ -147,43 +146,34 @@ def _worker(local_rank: int, env: dict[str, str], job: bytes | tuple[Any, Any], 
 
 def _collect(trainer: Trainer, result: Any) -> dict[str, Any]:
     module = trainer.lightning_module
+    run = trainer.run_context
     return {
         "weights": module.state_dict() if module is not None else None,
-        "state": (trainer.state.status, trainer.state.fn, trainer.state.stage),
-        "progress": trainer._progress.state_dict(),
-        "should_stop": trainer.should_stop,
-        "metrics": {
-            "callback": _detach(trainer.callback_metrics),
-            "logged": _detach(trainer.logged_metrics),
-            "pbar": _detach(trainer._metrics.pbar),
-        },
+        "state": (run.state.status, run.state.fn, run.state.stage),
+        "progress": run.progress.state_dict(),
+        "should_stop": run.stop.should_stop,
+        "metrics": run.metrics.snapshot(),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "result": result,
     }
 
 
-def _detach(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
-
-
 def _recover(trainer: Trainer, module: LightningModule, payload: dict[str, Any]) -> Any:
-    trainer.lightning_module = module
+    run = trainer.run_context
+    run.module = module
     module.trainer = trainer
     if payload["weights"] is not None:
         module.load_state_dict(payload["weights"])
-    trainer.state.status, trainer.state.fn, trainer.state.stage = payload["state"]
-    trainer._progress.load_state_dict(payload["progress"])
-    trainer.should_stop = payload["should_stop"]
-    metrics = trainer._metrics
-    metrics.callback, metrics.logged, metrics.pbar = (
-        payload["metrics"]["callback"], payload["metrics"]["logged"], payload["metrics"]["pbar"]
-    )  # fmt: skip
+    run.state.status, run.state.fn, run.state.stage = payload["state"]
+    run.progress.load_state_dict(payload["progress"])
+    run.stop.should_stop = payload["should_stop"]
+    run.metrics.restore(payload["metrics"])
     states = payload["callbacks"]
     for cb in trainer.callbacks:
         state = states.get(cb.state_key)
         if state is None:
             continue
-        if isinstance(cb, ModelCheckpoint) and cb.dirpath is None and state.get("dirpath"):
-            cb.dirpath = state["dirpath"]  # resolved in the worker (under default_root_dir)
+        if getattr(cb, "dirpath", "") is None and state.get("dirpath"):
+            cb.dirpath = state["dirpath"]  # type: ignore[attr-defined]  # a checkpoint directory resolved in the worker (default_root_dir)
         cb.load_state_dict(state)
     return payload["result"]

@@ -14,13 +14,15 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from fulmen.accelerators import Accelerator
-from fulmen.core.optimizer import LightningOptimizer
+from fulmen.core.optimizer import LightningOptimizer, unwrap_optimizer
+from fulmen.core.optimizers import LRSchedulerConfig, parse_configure_optimizers
 from fulmen.precision import Precision
 from fulmen.utilities.apply_func import move_data_to_device
+from fulmen.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
-    from fulmen.trainer.trainer import Trainer
+    from fulmen.runtime.hooks import HookDispatcher
 
 
 class Strategy:
@@ -37,10 +39,16 @@ class Strategy:
         self.precision_plugin: Precision = precision_plugin or Precision()
         self._lightning_module: LightningModule | None = None
         self._model: torch.nn.Module | None = None
-        self._trainer: Trainer | None = None
         self.optimizers: list[Optimizer] = []
         self._lightning_optimizers: list[LightningOptimizer] = []
+        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
+        self.optimizer_frequencies: list[int] = []  # the 1.x optimizer 'frequency' keys
         self._root_device = torch.device("cpu")
+        # given by the trainer when a run sets the strategy up (see connect_run)
+        self._hooks: HookDispatcher | None = None
+        self._clip_val: int | float | None = None
+        self._clip_algorithm: str | None = None
+        self._sync_batchnorm = False
 
     # -- properties ----------------------------------------------------------------------------------
     @property
@@ -79,10 +87,23 @@ class Strategy:
     def handles_gradient_accumulation(self) -> bool:
         return False
 
+    @property
+    def is_distributed(self) -> bool:
+        """Whether this strategy runs several processes that communicate (DDP and its kind)."""
+        return False
+
+    @property
+    def lightning_optimizers(self) -> list[LightningOptimizer]:
+        """The optimizers wrapped in ``LightningOptimizer`` (what ``self.optimizers()`` returns in a module)."""
+        return self._lightning_optimizers
+
     # -- set-up ----------------------------------------------------------------------------------------
-    def launch(self, trainer: Trainer, function: Callable[..., Any], *args: Any) -> Any:
+    def launch(self, trainer: Any, function: Callable[..., Any], *args: Any) -> Any:
         """Run a stage: here, in this process (strategies that start their processes override this)."""
         return function(*args)
+
+    def check_launch(self, parallel_devices: list[torch.device], num_nodes: int, cluster: Any) -> None:
+        """Check the processes the flags ask for against those a launcher started (one process: nothing)."""
 
     def connect(self, model: LightningModule) -> None:
         self._lightning_module = model
@@ -96,29 +117,59 @@ class Strategy:
         assert self._lightning_module is not None
         self._lightning_module.to(self.root_device)
 
-    def setup(self, trainer: Trainer) -> None:
+    def connect_run(
+        self, hooks: HookDispatcher | None, gradient_clip_val: int | float | None = None,
+        gradient_clip_algorithm: str | None = None, sync_batchnorm: bool = False,
+    ) -> None:  # fmt: skip
+        """What a run tells the strategy before it is set up: the hook dispatcher it calls the module's steps
+        and backward hooks through, and the Trainer's clipping and BatchNorm settings (validated already)."""
+        self._hooks = hooks
+        self._clip_val = gradient_clip_val
+        self._clip_algorithm = gradient_clip_algorithm
+        self._sync_batchnorm = sync_batchnorm
+
+    def setup(self, trainer: Any = None) -> None:
         """Move and convert the model; called after ``configure_model``, before optimizers are made."""
-        self._trainer = trainer
         assert self._lightning_module is not None
         self.precision_plugin.convert_module(self._lightning_module)
         self.model_to_device()
 
-    def setup_optimizers(self, optimizers: list[Optimizer]) -> None:
-        self.optimizers = optimizers
+    def setup_optimizers(self, trainer: Any = None) -> None:
+        """Optimizers and schedulers from the module's ``configure_optimizers`` (again when a tuner changed the
+        learning rate at fit start). ``trainer`` is accepted for Lightning's signature and not used."""
+        module = self._lightning_module
+        assert module is not None and self._hooks is not None
+        manual = not module.automatic_optimization
+        optimizers, configs, frequencies, _ = parse_configure_optimizers(
+            self._hooks.call_module("configure_optimizers"), manual=manual
+        )
+        if frequencies and manual:
+            raise MisconfigurationException(
+                f"configure_optimizers gave optimizer frequencies {frequencies}, which only automatic "
+                "optimization uses. Under manual optimization decide in training_step which optimizer "
+                "steps, and remove the 'frequency' keys."
+            )
+        self.set_optimizers(optimizers)
+        self.lr_scheduler_configs = configs
+        self.optimizer_frequencies = frequencies
+
+    def set_optimizers(self, optimizers: list[Optimizer]) -> None:
+        """Use ``optimizers`` (each wrapped in a ``LightningOptimizer`` that steps through this strategy)."""
+        self.optimizers = list(optimizers)
         self._lightning_optimizers = [LightningOptimizer._to_lightning_optimizer(o, self) for o in optimizers]
 
     def teardown(self) -> None:
-        self._trainer = None
+        self._hooks = None
 
     def on_exception(self, exception: BaseException) -> None:
         """The run raised ``exception`` (not an interrupt); called before the callbacks hear of it."""
 
     # -- data ------------------------------------------------------------------------------------------
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
-        model = self._lightning_module
+        hooks = self._hooks
         device = device or self._root_device
-        if model is not None and self._trainer is not None:
-            batch = self._trainer._hooks.transfer_batch(batch, device, dataloader_idx)
+        if hooks is not None and self._lightning_module is not None:
+            batch = hooks.transfer_batch(batch, device, dataloader_idx)
         else:
             batch = move_data_to_device(batch, device)
         # '-true' precisions: floating inputs in the weights' dtype, before on_*_batch_start sees the batch
@@ -132,12 +183,13 @@ class Strategy:
 
     # -- steps -----------------------------------------------------------------------------------------
     def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        assert self._trainer is not None
+        hooks = self._hooks
+        assert hooks is not None
         precision = self.precision_plugin
         if type(precision).forward_context is Precision.forward_context:  # nothing to enter, every batch
-            return self._trainer._hooks.call_module(name, *args, **kwargs)
+            return hooks.call_module(name, *args, **kwargs)
         with precision.forward_context():
-            return self._trainer._hooks.call_module(name, *args, **kwargs)
+            return hooks.call_module(name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         return self._step("training_step", *args, **kwargs)
@@ -153,8 +205,8 @@ class Strategy:
 
     def backward(self, loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
         """on_before_backward → module.backward (scaled loss) → on_after_backward."""
-        assert self._trainer is not None
-        hooks = self._trainer._hooks
+        hooks = self._hooks
+        assert hooks is not None
         if (
             not args
             and not kwargs
@@ -175,21 +227,18 @@ class Strategy:
         return loss
 
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], **kwargs: Any) -> Any:
-        trainer = self._trainer
+        hooks = self._hooks
         after: Callable[[Optimizer], None] | None = self._after_closure
-        if (
-            trainer is not None
-            and not trainer.gradient_clip_val
-            and trainer._hooks.defaults_only("on_before_optimizer_step", "configure_gradient_clipping")
+        if hooks is None or (
+            not self._clip_val and hooks.defaults_only("on_before_optimizer_step", "configure_gradient_clipping")
         ):
             after = None  # no hook to call and nothing to clip between backward and the step
         return self.precision_plugin.optimizer_step(optimizer, closure, after, **kwargs)
 
     def _after_closure(self, optimizer: Optimizer) -> None:
         """Runs between the closure (backward done) and the step: hooks, then clipping."""
-        assert self._trainer is not None
-        trainer = self._trainer
-        hooks = trainer._hooks
+        hooks = self._hooks
+        assert hooks is not None
 
         def index() -> int:
             return self.optimizer_index(optimizer)
@@ -202,23 +251,20 @@ class Strategy:
             return
         if hooks.defaults_only("configure_gradient_clipping"):
             # the default hook, inline: the Trainer validated the clipping flags once
-            clip_val = trainer.gradient_clip_val
-            if clip_val:
-                self.precision_plugin.clip_gradients(
-                    optimizer, clip_val, trainer.gradient_clip_algorithm or "norm"
-                )
+            if self._clip_val:
+                self.precision_plugin.clip_gradients(optimizer, self._clip_val, self._clip_algorithm or "norm")
         else:
             hooks.call_module_idx(
                 "configure_gradient_clipping",
                 index,
                 optimizer,
-                gradient_clip_val=trainer.gradient_clip_val,
-                gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+                gradient_clip_val=self._clip_val,
+                gradient_clip_algorithm=self._clip_algorithm,
             )
 
     def optimizer_index(self, optimizer: Optimizer | LightningOptimizer) -> int:
         """Position of ``optimizer`` (or its wrapper) in what ``configure_optimizers`` returned."""
-        raw = optimizer.optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+        raw = unwrap_optimizer(optimizer)
         for idx, opt in enumerate(self.optimizers):
             if opt is raw:
                 return idx

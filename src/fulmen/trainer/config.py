@@ -1,62 +1,226 @@
-"""Every Trainer flag is parsed and validated here, once, before anything runs.
+"""Every Trainer flag is parsed and validated here, once, before anything runs: :func:`parse_flags` returns a
+frozen :class:`TrainerConfig`.
 
-Errors name the flag, show the value received, and say what is allowed.
+Errors name the flag, show the value received, and say what is allowed. Nothing below the trainer validates
+a flag again; the loops read the fields of the config they are given.
 """
 
 from __future__ import annotations
 
 import datetime
-import re
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from fulmen.accelerators import Accelerator, select_accelerator
+from fulmen.precision import Precision, normalize_precision
+from fulmen.utilities.clipping import check_clip_algorithm, check_clip_val
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.parsing import parse_time
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
-_CLIP_ALGORITHMS = ("norm", "value")
-_TIME_UNITS = ("days", "hours", "minutes", "seconds", "milliseconds", "microseconds", "weeks")
+MATMUL_PRECISIONS = ("highest", "high", "medium")
 
 
-def parse_time(value: Any, flag: str = "max_time") -> datetime.timedelta | None:
-    """'DD:HH:MM:SS', a dict of timedelta keywords, or a timedelta."""
-    if value is None or isinstance(value, datetime.timedelta):
-        return value
-    if isinstance(value, dict):
-        bad = [k for k in value if k not in _TIME_UNITS]
-        if bad:
-            raise MisconfigurationException(
-                f"{flag}={value!r} has keys {bad} that are not time units. Use keys from {list(_TIME_UNITS)}, "
-                'e.g. {"days": 1, "hours": 5}.'
-            )
-        return datetime.timedelta(**value)
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+):(\d{1,2}):(\d{1,2}):(\d{1,2})\s*", value)
-        if match:
-            d, h, m, s = (int(x) for x in match.groups())
-            return datetime.timedelta(days=d, hours=h, minutes=m, seconds=s)
-    raise MisconfigurationException(
-        f"{flag}={value!r} is not understood. Use a 'DD:HH:MM:SS' string (e.g. '00:12:00:00'), a dict like "
-        '{"days": 1, "hours": 5}, or a datetime.timedelta.'
-    )
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The validated flags of a Trainer (``trainer.config``). Replace a field with ``dataclasses.replace``."""
+
+    # -- hardware ---------------------------------------------------------------------------------------
+    accelerator: Accelerator
+    """The accelerator object ('auto' resolved: CUDA, then MPS, then the CPU)."""
+    devices: list[torch.device]
+    """This node's devices, one per process (parsed from ``devices=`` against the machine)."""
+    strategy: Any
+    """``strategy=`` as given: a name (resolved by ``fulmen.strategies.select_strategy``) or a Strategy."""
+    num_nodes: int
+    """Machines taking part; processes = devices x num_nodes."""
+    precision: str
+    """One of '64-true', '32-true', '16-mixed', 'bf16-mixed', '16-true', 'bf16-true' (1.x spellings mapped)."""
+    precision_plugin: Precision | None
+    """A precision object from ``plugins=`` (then ``precision`` is its default), else None."""
+    sync_batchnorm: bool
+    """BatchNorm layers become SyncBatchNorm under DDP."""
+    # -- the loop ---------------------------------------------------------------------------------------
+    max_epochs: int
+    """Epoch limit; -1: none (1000 when neither max_epochs, max_steps nor max_time is set)."""
+    min_epochs: int | None
+    """should_stop is deferred until this many epochs ran."""
+    max_steps: int
+    """Optimizer-step limit; -1: none."""
+    min_steps: int | None
+    """should_stop is deferred until this many optimizer steps ran."""
+    max_time: datetime.timedelta | None
+    """Wall-time limit (a Timer callback enforces it)."""
+    limit_train_batches: int | float
+    """Training batches per epoch: an int count or a fraction in [0, 1]."""
+    limit_val_batches: int | float
+    """Validation batches per run (0 disables validation)."""
+    limit_test_batches: int | float
+    """Test batches per run."""
+    limit_predict_batches: int | float
+    """Prediction batches per run."""
+    overfit_batches: int | float
+    """Train (and validate) on this many training batches, shuffling off."""
+    val_check_interval: int | float
+    """Validate every N training batches (int) or at this fraction of each epoch (float)."""
+    check_val_every_n_epoch: int | None
+    """Validate every N epochs; None: count val_check_interval across epochs."""
+    num_sanity_val_steps: int | float
+    """Validation batches run before training (inf: all)."""
+    log_every_n_steps: int
+    """Loggers receive step values every N optimizer-step batches."""
+    accumulate_grad_batches: int
+    """Batches per optimizer step when fit starts."""
+    accumulation_schedule: dict[int, int] | None
+    """The 1.x ``accumulate_grad_batches={epoch: factor}``: a GradientAccumulationScheduler is added for it."""
+    gradient_clip_val: int | float | None
+    """Clip gradients to this value (0 / None: no clipping)."""
+    gradient_clip_algorithm: str | None
+    """'norm' (the global L2 norm, the default) or 'value' (each element)."""
+    reload_dataloaders_every_n_epochs: int
+    """Ask for the dataloaders again every N epochs (0: once)."""
+    fast_dev_run: int | bool
+    """Run this many batches of each stage, once, with nothing written (False: off)."""
+    # -- how a run runs ---------------------------------------------------------------------------------
+    deterministic: bool | str | None
+    """torch.use_deterministic_algorithms for the run (True, False, 'warn'); None leaves it alone."""
+    benchmark: bool | None
+    """torch.backends.cudnn.benchmark for the run; None leaves it alone (off when deterministic)."""
+    inference_mode: bool
+    """Evaluate under torch.inference_mode (else torch.no_grad)."""
+    detect_anomaly: bool
+    """torch.autograd anomaly detection for the run."""
+    use_distributed_sampler: bool
+    """Give DataLoaders a DistributedSampler under several processes."""
+    matmul_precision: str | None
+    """torch.set_float32_matmul_precision for the run ('highest', 'high', 'medium'); None leaves it."""
+    compile: bool | dict[str, Any]
+    """torch.compile the module's forward (a dict: torch.compile's options)."""
+    # -- what a run writes and shows --------------------------------------------------------------------
+    logger: Any
+    """True/None (the default logger), False, a Logger or a list of them."""
+    callbacks: list[Any]
+    """The callbacks as given (the ones flags imply are added by the trainer)."""
+    enable_checkpointing: bool
+    """Add a ModelCheckpoint when none is given."""
+    enable_progress_bar: bool
+    """Add a TQDMProgressBar when none is given."""
+    enable_model_summary: bool
+    """Add a ModelSummary when none is given."""
+    default_root_dir: str | None
+    """Where logs and checkpoints go (None: the working directory at the time)."""
+    enable_autolog_hparams: bool
+    """Log the module's and data module's hyperparameters at fit start."""
+    barebones: bool
+    """Everything that costs time off (refused together with flags that turn it on)."""
+    profiler: Any
+    """Accepted for compatibility; fulmen says it does not profile."""
+    model_registry: str | None
+    """Accepted for compatibility; fulmen uploads nothing."""
+    # -- 1.x ----------------------------------------------------------------------------------------------
+    auto_scale_batch_size: str | None
+    """'power' or 'binsearch': ``trainer.tune(model)`` runs the batch-size finder."""
+    auto_lr_find: bool | str
+    """True or the learning-rate attribute's name: ``trainer.tune(model)`` runs the learning-rate finder."""
+    stochastic_weight_avg: bool
+    """Add StochasticWeightAveraging() with its defaults."""
+    arguments: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The arguments as given to ``Trainer(...)``: the tuner builds its trial trainers from them."""
 
 
-def _nonneg_int(name: str, value: Any, allow_none: bool = True, minimum: int = 0) -> int | None:
+def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
+    """Every ``Trainer(...)`` argument (by name, as given) -> a validated :class:`TrainerConfig`."""
+    a = arguments
+    schedule = None
+    accumulate = a["accumulate_grad_batches"]
+    if isinstance(accumulate, dict):  # the 1.x spelling of a GradientAccumulationScheduler
+        schedule, accumulate = dict(accumulate), 1
+    _check_int("accumulate_grad_batches", accumulate, minimum=1, hint=(
+        ", or a dict {epoch: factor} for a schedule (see the GradientAccumulationScheduler callback)"))  # fmt: skip
+    loop = _parse_loop(a)
+    logger, checkpointing, progress_bar, summary = (
+        a["logger"], a["enable_checkpointing"], a["enable_progress_bar"], a["enable_model_summary"]
+    )  # fmt: skip
+    if a["barebones"]:
+        _check_barebones(a)
+        logger, checkpointing, progress_bar, summary = False, False, False, False
+    num_nodes = a["num_nodes"]
+    _check_int("num_nodes", num_nodes, minimum=1)
+    deterministic = a["deterministic"]
+    if deterministic not in (None, True, False, "warn"):
+        raise MisconfigurationException(f"deterministic={deterministic!r} must be True, False, 'warn' or None.")
+    for name in ("inference_mode", "sync_batchnorm", "stochastic_weight_avg", "barebones", "detect_anomaly"):
+        if not isinstance(a[name], bool):
+            raise MisconfigurationException(f"{name}={a[name]!r} must be True or False.")
+    matmul = a["matmul_precision"]
+    if matmul is not None and matmul not in MATMUL_PRECISIONS:
+        raise MisconfigurationException(
+            f"matmul_precision={matmul!r} is not supported. Use one of {MATMUL_PRECISIONS} (passed to "
+            "torch.set_float32_matmul_precision for the run), or None to leave the setting alone."
+        )
+    if not isinstance(a["compile"], (bool, dict)):
+        raise MisconfigurationException(
+            f"compile={a['compile']!r} must be True, False or a dict of torch.compile options, e.g. "
+            "compile={'mode': 'reduce-overhead'} or compile={'backend': 'inductor', 'dynamic': False}."
+        )
+    scale = a["auto_scale_batch_size"]
+    if scale not in (None, False, True, "power", "binsearch"):
+        raise MisconfigurationException(
+            f"auto_scale_batch_size={scale!r} must be None/False, True (= 'power'), 'power' or 'binsearch'; "
+            "trainer.tune(model) then runs the batch-size finder."
+        )
+    if not isinstance(a["auto_lr_find"], (bool, str)):
+        raise MisconfigurationException(
+            f"auto_lr_find={a['auto_lr_find']!r} must be True, False, or the name of the module attribute that "
+            "holds the learning rate; trainer.tune(model) then runs the learning-rate finder."
+        )
+    if a["profiler"] is not None:  # said plainly rather than accepted and ignored
+        rank_zero_warn(
+            f"Trainer(profiler={a['profiler']!r}): fulmen has no profiler of its own; the run is not profiled. "
+            "Wrap trainer.fit() in torch.profiler.profile(...) to profile it."
+        )
+    if a["model_registry"] is not None:
+        rank_zero_warn(
+            f"Trainer(model_registry={a['model_registry']!r}): fulmen uploads nothing to a model registry; the "
+            "argument is ignored (checkpoints are written locally)."
+        )
+    precision_plugin = _precision_from_plugins(a["plugins"], a["precision"])
+    precision = normalize_precision(a["precision"]) if precision_plugin is None else precision_plugin.name
+    accelerator = select_accelerator(a["accelerator"])
+    root = a["default_root_dir"]
+    return TrainerConfig(
+        accelerator=accelerator, devices=accelerator.parse_devices(a["devices"]), strategy=a["strategy"],
+        num_nodes=num_nodes, precision=precision, precision_plugin=precision_plugin,
+        sync_batchnorm=a["sync_batchnorm"], accumulate_grad_batches=accumulate, accumulation_schedule=schedule,
+        deterministic=deterministic, benchmark=a["benchmark"], inference_mode=a["inference_mode"],
+        detect_anomaly=a["detect_anomaly"], use_distributed_sampler=a["use_distributed_sampler"],
+        matmul_precision=matmul, compile=a["compile"], logger=logger, callbacks=_callback_list(a["callbacks"]),
+        enable_checkpointing=checkpointing is not False, enable_progress_bar=progress_bar is not False,
+        enable_model_summary=summary is not False,
+        default_root_dir=os.fspath(root) if root is not None else None,
+        enable_autolog_hparams=a["enable_autolog_hparams"], barebones=a["barebones"], profiler=a["profiler"],
+        model_registry=a["model_registry"], auto_scale_batch_size="power" if scale is True else scale or None,
+        auto_lr_find=a["auto_lr_find"], stochastic_weight_avg=a["stochastic_weight_avg"], arguments=dict(a),
+        **loop,
+    )  # fmt: skip
+
+
+# -- the loop flags --------------------------------------------------------------------------------------
+def _check_int(name: str, value: Any, minimum: int = 0, allow_none: bool = False, hint: str = "") -> None:
     if value is None and allow_none:
-        return None
+        return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise MisconfigurationException(f"{name}={value!r} must be an int >= {minimum}.")
-    return value
+        raise MisconfigurationException(f"{name}={value!r} must be an int >= {minimum}{hint}.")
 
 
 def _limit(name: str, value: Any) -> int | float:
     """limit_*_batches / overfit_batches: an int count or a float fraction in [0, 1]."""
     if value is None:
         return 1.0
-    if isinstance(value, bool):
-        raise MisconfigurationException(
-            f"{name}={value!r} must be an int number of batches or a float in [0.0, 1.0]."
-        )
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise MisconfigurationException(f"{name}={value!r} must be >= 0 (an int counts batches).")
         return value
@@ -67,58 +231,11 @@ def _limit(name: str, value: Any) -> int | float:
                 "number of batches."
             )
         return value
-    raise MisconfigurationException(
-        f"{name}={value!r} must be an int number of batches or a float in [0.0, 1.0]."
-    )
+    raise MisconfigurationException(f"{name}={value!r} must be an int number of batches or a float in [0.0, 1.0].")
 
 
-@dataclass
-class LoopConfig:
-    """The validated loop-control flags (the Trainer keeps one of these)."""
-
-    max_epochs: int
-    min_epochs: int | None
-    max_steps: int
-    min_steps: int | None
-    max_time: datetime.timedelta | None
-    limit_train_batches: int | float
-    limit_val_batches: int | float
-    limit_test_batches: int | float
-    limit_predict_batches: int | float
-    overfit_batches: int | float
-    val_check_interval: int | float
-    check_val_every_n_epoch: int | None
-    num_sanity_val_steps: int | float
-    log_every_n_steps: int
-    accumulate_grad_batches: int
-    gradient_clip_val: int | float | None
-    gradient_clip_algorithm: str | None
-    reload_dataloaders_every_n_epochs: int
-    fast_dev_run: int | bool
-
-
-def parse_loop_flags(
-    *,
-    fast_dev_run: int | bool,
-    max_epochs: int | None,
-    min_epochs: int | None,
-    max_steps: int,
-    min_steps: int | None,
-    max_time: Any,
-    limit_train_batches: Any,
-    limit_val_batches: Any,
-    limit_test_batches: Any,
-    limit_predict_batches: Any,
-    overfit_batches: Any,
-    val_check_interval: Any,
-    check_val_every_n_epoch: int | None,
-    num_sanity_val_steps: int | None,
-    log_every_n_steps: int | None,
-    accumulate_grad_batches: int,
-    gradient_clip_val: Any,
-    gradient_clip_algorithm: str | None,
-    reload_dataloaders_every_n_epochs: int,
-) -> LoopConfig:
+def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
+    fast_dev_run = a["fast_dev_run"]
     if isinstance(fast_dev_run, bool) or fast_dev_run is None:
         fast = int(bool(fast_dev_run))
     elif isinstance(fast_dev_run, int) and fast_dev_run >= 0:
@@ -127,18 +244,13 @@ def parse_loop_flags(
         raise MisconfigurationException(
             f"fast_dev_run={fast_dev_run!r} must be a bool or an int >= 0 (the number of batches to run)."
         )
-
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < -1:
-        raise MisconfigurationException(f"max_steps={max_steps!r} must be an int >= -1 (-1 means no limit).")
-    if max_epochs is not None and (
-        isinstance(max_epochs, bool) or not isinstance(max_epochs, int) or max_epochs < -1
-    ):
-        raise MisconfigurationException(
-            f"max_epochs={max_epochs!r} must be an int >= -1 (-1 means no limit)."
-        )
-    _nonneg_int("min_epochs", min_epochs)
-    _nonneg_int("min_steps", min_steps)
-    parsed_time = parse_time(max_time)
+    max_steps, max_epochs = a["max_steps"], a["max_epochs"]
+    _check_int("max_steps", max_steps, minimum=-1, hint=" (-1 means no limit)")
+    _check_int("max_epochs", max_epochs, minimum=-1, allow_none=True, hint=" (-1 means no limit)")
+    min_epochs, min_steps = a["min_epochs"], a["min_steps"]
+    _check_int("min_epochs", min_epochs, allow_none=True)
+    _check_int("min_steps", min_steps, allow_none=True)
+    parsed_time = parse_time(a["max_time"])
     if max_epochs is None:
         if max_steps == -1 and parsed_time is None and not fast_dev_run:
             max_epochs = 1000
@@ -149,19 +261,17 @@ def parse_loop_flags(
         else:
             max_epochs = -1
     if min_epochs is not None and max_epochs != -1 and min_epochs > max_epochs:
-        raise MisconfigurationException(
-            f"min_epochs={min_epochs!r} is larger than max_epochs={max_epochs!r}."
-        )
+        raise MisconfigurationException(f"min_epochs={min_epochs!r} is larger than max_epochs={max_epochs!r}.")
 
-    if check_val_every_n_epoch is not None:
-        _nonneg_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
-    vci = val_check_interval
+    every = a["check_val_every_n_epoch"]
+    _check_int("check_val_every_n_epoch", every, minimum=1, allow_none=True)
+    vci = a["val_check_interval"]
     if vci is None:
         vci = 1.0
     elif isinstance(vci, bool) or not isinstance(vci, (int, float)):
         raise MisconfigurationException(
-            f"val_check_interval={val_check_interval!r} must be a float in (0.0, 1.0] (a fraction of the "
-            "training epoch) or an int >= 1 (a number of training batches)."
+            f"val_check_interval={vci!r} must be a float in (0.0, 1.0] (a fraction of the training epoch) or an "
+            "int >= 1 (a number of training batches)."
         )
     elif isinstance(vci, float) and not 0.0 < vci <= 1.0:
         raise MisconfigurationException(
@@ -169,87 +279,110 @@ def parse_loop_flags(
             "training epoch). For a number of batches pass an int."
         )
     elif isinstance(vci, int) and vci < 1:
-        raise MisconfigurationException(
-            f"val_check_interval={vci!r} must be >= 1 when it is an int (batches)."
-        )
+        raise MisconfigurationException(f"val_check_interval={vci!r} must be >= 1 when it is an int (batches).")
 
-    if num_sanity_val_steps is None:
+    sanity_flag = a["num_sanity_val_steps"]
+    if sanity_flag is None:
         sanity: int | float = 2
-    elif num_sanity_val_steps == -1:
+    elif sanity_flag == -1:
         sanity = float("inf")
     else:
-        sanity = _nonneg_int("num_sanity_val_steps", num_sanity_val_steps) or 0
-
-    if log_every_n_steps is None:
+        _check_int("num_sanity_val_steps", sanity_flag)
+        sanity = sanity_flag
+    log_every = a["log_every_n_steps"]
+    if log_every is None:
         log_every = 50
     else:
-        log_every = _nonneg_int("log_every_n_steps", log_every_n_steps) or 0
+        _check_int("log_every_n_steps", log_every)
+    clip_val, clip_algorithm = a["gradient_clip_val"], a["gradient_clip_algorithm"]
+    check_clip_val(clip_val)
+    if clip_algorithm is not None:
+        clip_algorithm = check_clip_algorithm(clip_algorithm)
+    reload_every = a["reload_dataloaders_every_n_epochs"]
+    _check_int("reload_dataloaders_every_n_epochs", reload_every)
 
-    if (
-        isinstance(accumulate_grad_batches, bool)
-        or not isinstance(accumulate_grad_batches, int)
-        or accumulate_grad_batches < 1
-    ):
-        raise MisconfigurationException(
-            f"accumulate_grad_batches={accumulate_grad_batches!r} must be an int >= 1, or a dict "
-            "{epoch: factor} for a schedule (see the GradientAccumulationScheduler callback)."
-        )
-    if gradient_clip_val is not None and (
-        isinstance(gradient_clip_val, bool)
-        or not isinstance(gradient_clip_val, (int, float))
-        or gradient_clip_val < 0
-    ):
-        raise MisconfigurationException(
-            f"gradient_clip_val={gradient_clip_val!r} must be a number >= 0 (0 or None disables clipping)."
-        )
-    if gradient_clip_algorithm is not None:
-        if (
-            not isinstance(gradient_clip_algorithm, str)
-            or gradient_clip_algorithm.lower() not in _CLIP_ALGORITHMS
-        ):
-            raise MisconfigurationException(
-                f"gradient_clip_algorithm={gradient_clip_algorithm!r} is not supported. Use 'norm' or 'value'."
-            )
-        gradient_clip_algorithm = gradient_clip_algorithm.lower()
-    _nonneg_int("reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, allow_none=False)
-
-    limits = {
-        "limit_train_batches": _limit("limit_train_batches", limit_train_batches),
-        "limit_val_batches": _limit("limit_val_batches", limit_val_batches),
-        "limit_test_batches": _limit("limit_test_batches", limit_test_batches),
-        "limit_predict_batches": _limit("limit_predict_batches", limit_predict_batches),
-    }
-    overfit = _limit("overfit_batches", overfit_batches if overfit_batches is not None else 0.0)
+    limits = {name: _limit(name, a[name]) for name in
+              ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")}  # fmt: skip
+    overfit = _limit("overfit_batches", a["overfit_batches"] if a["overfit_batches"] is not None else 0.0)
     if overfit > 0:
         limits["limit_train_batches"] = overfit
         limits["limit_val_batches"] = 0 if isinstance(overfit, int) else 0.0
-
     if fast:
         for key in limits:
             limits[key] = fast
-        max_steps = fast
-        max_epochs = 1
-        sanity = 0
-        log_every = 1
-        vci = 1.0
-        check_val_every_n_epoch = 1
+        max_steps, max_epochs, sanity, log_every, vci, every = fast, 1, 0, 1, 1.0, 1
         rank_zero_info(f"fast_dev_run={fast_dev_run!r}: running {fast} batch(es) of each stage, no logging.")
-
-    return LoopConfig(
-        max_epochs=max_epochs,
-        min_epochs=min_epochs,
-        max_steps=max_steps,
-        min_steps=min_steps,
-        max_time=parsed_time,
-        overfit_batches=overfit,
-        val_check_interval=vci,
-        check_val_every_n_epoch=check_val_every_n_epoch,
-        num_sanity_val_steps=sanity,
-        log_every_n_steps=log_every,
-        accumulate_grad_batches=accumulate_grad_batches,
-        gradient_clip_val=gradient_clip_val,
-        gradient_clip_algorithm=gradient_clip_algorithm,
-        reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
-        fast_dev_run=fast_dev_run if fast else False,
+    return {
+        "max_epochs": max_epochs, "min_epochs": min_epochs, "max_steps": max_steps, "min_steps": min_steps,
+        "max_time": parsed_time, "overfit_batches": overfit, "val_check_interval": vci,
+        "check_val_every_n_epoch": every, "num_sanity_val_steps": sanity, "log_every_n_steps": log_every,
+        "gradient_clip_val": clip_val, "gradient_clip_algorithm": clip_algorithm,
+        "reload_dataloaders_every_n_epochs": reload_every, "fast_dev_run": fast_dev_run if fast else False,
         **limits,
-    )
+    }  # fmt: skip
+
+
+# -- the others --------------------------------------------------------------------------------------------
+def _check_barebones(a: dict[str, Any]) -> None:
+    bad = {
+        "logger": a["logger"] not in (None, False),
+        "enable_checkpointing": bool(a["enable_checkpointing"]),
+        "enable_progress_bar": bool(a["enable_progress_bar"]),
+        "enable_model_summary": bool(a["enable_model_summary"]),
+        "log_every_n_steps": a["log_every_n_steps"] not in (None, 0),
+        "detect_anomaly": bool(a["detect_anomaly"]),
+        "profiler": a["profiler"] is not None,
+    }
+    for name, is_bad in bad.items():
+        if is_bad:
+            raise MisconfigurationException(
+                f"Trainer(barebones=True) turns off features that cost time, but {name}={a[name]!r} asks for "
+                f"one. Remove {name} or set barebones=False."
+            )
+
+
+def _callback_list(callbacks: Any) -> list[Any]:
+    from collections.abc import Iterable
+
+    from fulmen.callbacks.callback import Callback
+
+    if callbacks is None:
+        result: list[Any] = []
+    elif isinstance(callbacks, Callback):
+        result = [callbacks]
+    elif isinstance(callbacks, Iterable):
+        result = list(callbacks)
+    else:
+        raise MisconfigurationException(f"callbacks={callbacks!r} must be a Callback or a list of Callbacks.")
+    for cb in result:
+        if not isinstance(cb, Callback):
+            raise MisconfigurationException(
+                f"callbacks contains {cb!r}, a {type(cb).__name__}; every callback must subclass fulmen.Callback."
+            )
+    return result
+
+
+def _precision_from_plugins(plugins: Any, precision: Any) -> Precision | None:
+    """The precision object among ``Trainer(plugins=...)``, if any; refused together with ``precision=``."""
+    if plugins is None:
+        return None
+    items = plugins if isinstance(plugins, (list, tuple)) else [plugins]
+    found: Precision | None = None
+    for plugin in items:
+        if not isinstance(plugin, Precision):
+            raise MisconfigurationException(
+                f"plugins={plugins!r}: {type(plugin).__name__} is not a plugin fulmen knows. Pass precision "
+                "objects from fulmen.plugins (Precision, MixedPrecision, HalfPrecision, DoublePrecision)."
+            )
+        if found is not None:
+            raise MisconfigurationException(
+                f"plugins={plugins!r} holds two precision plugins ({type(found).__name__} and "
+                f"{type(plugin).__name__}). Pass one."
+            )
+        found = plugin
+    if found is not None and precision is not None:
+        raise MisconfigurationException(
+            f"Trainer(precision={precision!r}) and plugins=[{type(found).__name__}(...)] both set the precision. "
+            "Pass one of them."
+        )
+    return found

@@ -1,4 +1,4 @@
-"""Build the default callbacks and loggers from the Trainer's flags."""
+"""The callbacks and loggers the Trainer's flags imply, made in one place."""
 
 from __future__ import annotations
 
@@ -11,62 +11,56 @@ from fulmen.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
     from fulmen.loggers.logger import Logger
-    from fulmen.trainer.trainer import Trainer
+    from fulmen.trainer.config import TrainerConfig
 
 
-def build_callbacks(
-    trainer: Trainer,
-    callbacks: list[Callback] | Callback | None,
-    enable_progress_bar: bool,
-    enable_model_summary: bool,
-    enable_checkpointing: bool,
-) -> list[Callback]:
+def build_callbacks(config: TrainerConfig) -> list[Callback]:
+    """The user's callbacks plus those the flags ask for: a progress bar, a ModelCheckpoint, a ModelSummary,
+    a Timer (max_time), a GradientAccumulationScheduler (1.x accumulate dict) and StochasticWeightAveraging
+    (1.x stochastic_weight_avg). A flag that contradicts a given callback is refused."""
+    from fulmen.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
     from fulmen.callbacks.model_checkpoint import Checkpoint, ModelCheckpoint
     from fulmen.callbacks.model_summary import ModelSummary
     from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
+    from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
     from fulmen.callbacks.timer import Timer
 
-    if callbacks is None:
-        result: list[Callback] = []
-    elif isinstance(callbacks, Callback):
-        result = [callbacks]
-    elif isinstance(callbacks, Iterable):
-        result = list(callbacks)
-    else:
-        raise MisconfigurationException(f"callbacks={callbacks!r} must be a Callback or a list of Callbacks.")
-    for cb in result:
-        if not isinstance(cb, Callback):
-            raise MisconfigurationException(
-                f"callbacks contains {cb!r}, a {type(cb).__name__}; every callback must subclass fulmen.Callback."
-            )
+    result: list[Callback] = list(config.callbacks)
     bars = [cb for cb in result if isinstance(cb, ProgressBar)]
     if len(bars) > 1:
         raise MisconfigurationException("callbacks contains more than one progress bar; keep one.")
-    if bars and not enable_progress_bar:
+    if bars and not config.enable_progress_bar:
         raise MisconfigurationException(
             "Trainer(enable_progress_bar=False) was set, but callbacks contains a progress bar. Remove one of them."
         )
-    if not bars and enable_progress_bar:
+    if not bars and config.enable_progress_bar:
         result.append(TQDMProgressBar())
     checkpoints = [cb for cb in result if isinstance(cb, Checkpoint)]
-    if checkpoints and not enable_checkpointing:
+    if checkpoints and not config.enable_checkpointing:
         raise MisconfigurationException(
             "Trainer(enable_checkpointing=False) was set, but callbacks contains "
             f"{type(checkpoints[0]).__name__}. Remove one of them."
         )
-    if enable_checkpointing and not checkpoints:
+    if config.enable_checkpointing and not checkpoints:
         result.append(ModelCheckpoint())
-    summaries = [cb for cb in result if isinstance(cb, ModelSummary)]
-    if enable_model_summary and not summaries:
+    if config.enable_model_summary and not any(isinstance(cb, ModelSummary) for cb in result):
         result.append(ModelSummary(max_depth=1))
-    if not enable_model_summary:
+    if not config.enable_model_summary:
         result = [cb for cb in result if not isinstance(cb, ModelSummary)]
-    max_time = trainer._loop_config.max_time
-    if max_time is not None:
+    if config.max_time is not None:
         if any(isinstance(cb, Timer) for cb in result):
             rank_zero_info("A Timer callback was given: it is used instead of Trainer(max_time=...).")
         else:
-            result.append(Timer(duration=max_time, interval="step"))
+            result.append(Timer(duration=config.max_time, interval="step"))
+    if config.accumulation_schedule is not None:
+        if any(isinstance(cb, GradientAccumulationScheduler) for cb in result):
+            raise MisconfigurationException(
+                "Trainer(accumulate_grad_batches=<dict>) and a GradientAccumulationScheduler in callbacks both "
+                "schedule accumulation. Keep one of them."
+            )
+        result.append(GradientAccumulationScheduler(config.accumulation_schedule))
+    if config.stochastic_weight_avg and not any(isinstance(cb, StochasticWeightAveraging) for cb in result):
+        result.append(StochasticWeightAveraging())
     return _reorder(result)
 
 
@@ -87,13 +81,14 @@ def _reorder(callbacks: list[Callback]) -> list[Callback]:
     return others + checkpoints
 
 
-def build_loggers(trainer: Trainer, logger: Any) -> list[Logger]:
+def build_loggers(config: TrainerConfig, default_root_dir: str) -> list[Logger]:
     from fulmen.loggers.logger import Logger
 
-    if trainer._loop_config.fast_dev_run:
+    logger = config.logger
+    if config.fast_dev_run:
         return []
     if logger is None or logger is True:
-        return [_default_logger(trainer)]
+        return [_default_logger(default_root_dir)]
     if logger is False:
         return []
     if isinstance(logger, Logger):
@@ -109,7 +104,7 @@ def build_loggers(trainer: Trainer, logger: Any) -> list[Logger]:
     raise MisconfigurationException(f"logger={logger!r} must be True, False, a Logger or a list of Loggers.")
 
 
-def _default_logger(trainer: Trainer) -> Logger:
+def _default_logger(default_root_dir: str) -> Logger:
     """TensorBoard when it is installed, else CSV (as Lightning does)."""
     import importlib.util
 
@@ -118,5 +113,5 @@ def _default_logger(trainer: Trainer) -> Logger:
     if importlib.util.find_spec("tensorboard") is not None:
         from fulmen.loggers.tensorboard import TensorBoardLogger
 
-        return TensorBoardLogger(save_dir=trainer.default_root_dir, name="lightning_logs")
-    return CSVLogger(save_dir=trainer.default_root_dir, name="lightning_logs")
+        return TensorBoardLogger(save_dir=default_root_dir, name="lightning_logs")
+    return CSVLogger(save_dir=default_root_dir, name="lightning_logs")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
+    from fulmen.runtime.context import StopRequests
     from fulmen.trainer.trainer import Trainer
 
 
@@ -35,10 +36,18 @@ def _on_slurm() -> bool:
 
 
 class SignalConnector:
-    def __init__(self, trainer: Trainer) -> None:
+    """Installs the handlers for a fit; the handler writes into the run's stop requests, which the training
+    loop reads after each batch (and then calls :meth:`stop`)."""
+
+    def __init__(self, trainer: Trainer, stop: StopRequests) -> None:
         self.trainer = trainer
-        self.received: int | None = None
+        self._stop = stop
+        stop.on_signal = self.stop
         self._previous: dict[int, Any] = {}
+
+    @property
+    def received(self) -> int | None:
+        return self._stop.signal
 
     def _signals(self) -> list[int]:
         wanted: list[int] = [signal.SIGTERM, signal.SIGINT]
@@ -48,7 +57,7 @@ class SignalConnector:
         return wanted
 
     def install(self) -> None:
-        self.received = None
+        self._stop.signal = None
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
         for sig in self._signals():
@@ -64,9 +73,9 @@ class SignalConnector:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is not None and signum == signal.SIGINT:
+        if self._stop.signal is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # second Ctrl-C: stop now
-        self.received = signum
+        self._stop.signal = signum
         rank_zero_info(
             f"Received {signal.Signals(signum).name}: finishing the current step, then saving a checkpoint "
             "and stopping." + (" Press Ctrl-C again to stop at once." if signum == signal.SIGINT else "")

@@ -117,7 +117,7 @@ class _RangeTest(Callback):
                 f"The learning-rate finder tunes one optimizer; configure_optimizers returned "
                 f"{len(trainer.optimizers)}."
             )
-        trainer.lr_scheduler_configs = []  # the test sets the learning rate itself
+        trainer.strategy.lr_scheduler_configs = []  # the test sets the learning rate itself
         self._set_lr(trainer, self.finder.lr_at(0))
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,

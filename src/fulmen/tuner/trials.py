@@ -7,6 +7,8 @@ import copy
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from fulmen.runtime.rng import capture_rng, restore_rng
+
 if TYPE_CHECKING:
     from fulmen.core.datamodule import LightningDataModule
     from fulmen.core.module import LightningModule
@@ -18,7 +20,7 @@ def trial_trainer(trainer: Trainer, steps: int, **overrides: Any) -> Trainer:
     of evaluation): nothing written or shown, no callbacks, on this process's device alone."""
     from fulmen.trainer.trainer import Trainer
 
-    kwargs = dict(trainer._init_kwargs)
+    kwargs = dict(trainer.config.arguments)
     kwargs["plugins"] = copy.deepcopy(kwargs.get("plugins"))  # a GradScaler's state must not move
     device = trainer.strategy.root_device
     kwargs.update(
@@ -37,17 +39,15 @@ def trial_trainer(trainer: Trainer, steps: int, **overrides: Any) -> Trainer:
 def preserved(model: LightningModule, datamodule: LightningDataModule | None) -> Iterator[dict[str, Any]]:
     """The module's weights (bitwise, kept on the CPU), the random generators and the trainers the module
     and data module point to are put back when the block ends. Yields the saved weights."""
-    from fulmen.trainer import checkpointing
-
     weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    rng = checkpointing.capture_rng()
+    rng = capture_rng()
     model_trainer = model._trainer
     datamodule_trainer = datamodule.trainer if datamodule is not None else None
     try:
         yield weights
     finally:
         model.load_state_dict(weights)
-        checkpointing.restore_rng(rng)
+        restore_rng(rng)
         model.trainer = model_trainer
         if datamodule is not None:
             datamodule.trainer = datamodule_trainer

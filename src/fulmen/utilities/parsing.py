@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import inspect
+import re
 import types
 from collections.abc import Sequence
 from typing import Any
+
+from fulmen.utilities.exceptions import MisconfigurationException
 
 
 class AttributeDict(dict):  # type: ignore[type-arg]
@@ -116,3 +120,29 @@ def save_hyperparameters(
         obj._hparams_initial = copy.deepcopy(obj._hparams)
     except Exception:  # un-copyable values (open files, modules): keep a shallow copy
         obj._hparams_initial = copy.copy(obj._hparams)
+
+
+_TIME_UNITS = ("days", "hours", "minutes", "seconds", "milliseconds", "microseconds", "weeks")
+
+
+def parse_time(value: Any, flag: str = "max_time") -> datetime.timedelta | None:
+    """'DD:HH:MM:SS', a dict of timedelta keywords, or a timedelta."""
+    if value is None or isinstance(value, datetime.timedelta):
+        return value
+    if isinstance(value, dict):
+        bad = [k for k in value if k not in _TIME_UNITS]
+        if bad:
+            raise MisconfigurationException(
+                f"{flag}={value!r} has keys {bad} that are not time units. Use keys from {list(_TIME_UNITS)}, "
+                'e.g. {"days": 1, "hours": 5}.'
+            )
+        return datetime.timedelta(**value)
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+):(\d{1,2}):(\d{1,2}):(\d{1,2})\s*", value)
+        if match:
+            d, h, m, s = (int(x) for x in match.groups())
+            return datetime.timedelta(days=d, hours=h, minutes=m, seconds=s)
+    raise MisconfigurationException(
+        f"{flag}={value!r} is not understood. Use a 'DD:HH:MM:SS' string (e.g. '00:12:00:00'), a dict like "
+        '{"days": 1, "hours": 5}, or a datetime.timedelta.'
+    )

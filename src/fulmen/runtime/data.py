@@ -11,10 +11,11 @@ from fulmen.core.module import LightningModule
 from fulmen.utilities.combined_loader import CombinedLoader
 from fulmen.utilities.data import has_len, is_iterable_dataset, parse_num_batches, rebuild_dataloader
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import WarningCache
 
 if TYPE_CHECKING:
-    from fulmen.trainer.trainer import Trainer
+    from fulmen.runtime.context import RunContext
 
 _STAGE_HOOK = {
     "train": "train_dataloader",
@@ -25,11 +26,18 @@ _STAGE_HOOK = {
 _STEP = {"train": "training_step", "val": "validation_step", "test": "test_step", "predict": "predict_step"}
 
 
-class TrainerData:
+def split_datamodule(loaders: Any, datamodule: LightningDataModule | None) -> tuple[Any, LightningDataModule | None]:
+    """A data module passed where dataloaders go (``trainer.fit(model, dm)``) is taken as the data module."""
+    if isinstance(loaders, LightningDataModule):
+        return None, loaders
+    return loaders, datamodule
+
+
+class DataSource:
     """Resolves and caches dataloaders for the current run."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
         self.sources: dict[str, Any] = {}
         self._warnings = WarningCache()
         self.val_dataloaders: list[Any] | None = None
@@ -42,14 +50,21 @@ class TrainerData:
         self.val_dataloaders = None
         self._val_loaded_epoch = None
 
+    def passed(self, stage: str) -> Any:
+        """The dataloaders passed to the running stage for ``stage`` ('train', 'val', ...), if any."""
+        return self.sources.get(stage)
+
+    def replace(self, stage: str, loader: Any) -> None:
+        """Use ``loader`` for ``stage`` from now on (e.g. rebuilt with a tuned batch size)."""
+        self.sources[stage] = loader
+
     def _source_owner(self, stage: str) -> LightningModule | LightningDataModule | None:
-        trainer = self.trainer
         hook = _STAGE_HOOK[stage]
-        datamodule = trainer.datamodule
-        if datamodule is not None and _overrides(datamodule, hook):
+        datamodule = self.context.datamodule
+        if datamodule is not None and is_overridden(hook, datamodule, LightningDataModule):
             return datamodule
-        module = trainer.lightning_module
-        if module is not None and _overrides(module, hook):
+        module = self.context.module
+        if module is not None and is_overridden(hook, module, LightningModule):
             return module
         return None
 
@@ -63,9 +78,9 @@ class TrainerData:
         if owner is None:
             return None
         hook = _STAGE_HOOK[stage]
-        module = self.trainer.lightning_module
+        module = self.context.module
         if owner is module and module is not None:
-            return self.trainer._hooks.call_module(hook)
+            return self.context.hooks.call_module(hook)
         return getattr(owner, hook)()
 
     def request_train_dataloader(self) -> Any:
@@ -95,7 +110,7 @@ class TrainerData:
         else:
             loaders = [loader]
         loaders = [self._distributed(dl, stage) for dl in loaders]
-        cfg = self.trainer._loop_config
+        cfg = self.context.config
         limit = {
             "val": cfg.limit_val_batches,
             "test": cfg.limit_test_batches,
@@ -111,12 +126,10 @@ class TrainerData:
     # -- validation inside fit ------------------------------------------------------------------------
     def validation_enabled(self, load: bool = True) -> bool:
         """Whether fit validates; ``load=False`` decides without requesting the dataloaders yet."""
-        trainer = self.trainer
-        module = trainer.lightning_module
-        if module is None or not _overrides(module, "validation_step"):
+        module = self.context.module
+        if module is None or not is_overridden("validation_step", module, LightningModule):
             return False
-        cfg = trainer._loop_config
-        if cfg.limit_val_batches == 0:
+        if self.context.config.limit_val_batches == 0:
             return False
         if not self.has_source("val"):
             return False
@@ -126,9 +139,8 @@ class TrainerData:
         return bool(loaders) and sum(counts) > 0
 
     def fit_val_dataloaders(self) -> tuple[list[Any], list[int | float]]:
-        trainer = self.trainer
-        every = trainer._loop_config.reload_dataloaders_every_n_epochs
-        epoch = trainer.current_epoch
+        every = self.context.config.reload_dataloaders_every_n_epochs
+        epoch = self.context.progress.current_epoch
         stale = every > 0 and self._val_loaded_epoch is not None and epoch - self._val_loaded_epoch >= every
         if self.val_dataloaders is None or stale:
             self.val_dataloaders, self.val_num_batches = self.request_eval_dataloaders("val")
@@ -139,8 +151,8 @@ class TrainerData:
         """Under several processes, a DataLoader gets a DistributedSampler (each process its share; the
         training loader keeps its shuffling, and the fit loop calls ``set_epoch``). Opt out with
         ``Trainer(use_distributed_sampler=False)``."""
-        trainer = self.trainer
-        if trainer.strategy.world_size <= 1 or not trainer.use_distributed_sampler:
+        strategy = self.context.strategy
+        if strategy.world_size <= 1 or not self.context.config.use_distributed_sampler:
             return loader
         from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
@@ -151,7 +163,7 @@ class TrainerData:
         shuffle = stage == "train" and isinstance(loader.sampler, RandomSampler)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
         sampler: DistributedSampler[Any] = DistributedSampler(
-            loader.dataset, num_replicas=trainer.strategy.world_size, rank=trainer.strategy.global_rank,
+            loader.dataset, num_replicas=strategy.world_size, rank=strategy.global_rank,
             shuffle=shuffle, seed=seed, drop_last=loader.drop_last,
         )  # fmt: skip
         return rebuild_dataloader(loader, sampler=sampler)
@@ -161,20 +173,19 @@ class TrainerData:
         num_workers = getattr(loader, "num_workers", None)
         if num_workers is None or stage == "predict":
             return  # not a DataLoader (an InMemoryDataLoader needs no workers)
-        trainer = self.trainer
         cpus = os.cpu_count() or 1
         if num_workers == 0 and cpus > 2:
             self._warnings.warn(
                 f"The {stage} dataloader has num_workers=0: batches load in the main process, which may "
                 f"bottleneck training. Consider DataLoader(num_workers={min(cpus - 1, 8)})."
             )
-        on_cuda = trainer.strategy.root_device.type == "cuda"
+        on_cuda = self.context.strategy.root_device.type == "cuda"
         if on_cuda and not getattr(loader, "pin_memory", True) and _holds_cpu_data(loader):
             self._warnings.warn(
                 f"The {stage} dataloader has pin_memory=False while training on CUDA: copies from pageable "
                 "memory cannot overlap compute. Consider DataLoader(..., pin_memory=True)."
             )
-        epochs = trainer._loop_config.max_epochs
+        epochs = self.context.config.max_epochs
         restarts = stage == "train" and (epochs is None or epochs == -1 or epochs > 1)
         if num_workers > 0 and restarts and not getattr(loader, "persistent_workers", True):
             self._warnings.warn(
@@ -189,12 +200,5 @@ def _holds_cpu_data(loader: Any) -> bool:
     return not tensors or all(t.device.type == "cpu" for t in tensors)
 
 
-def _overrides(obj: object, name: str) -> bool:
-    if name in getattr(obj, "__dict__", {}):
-        return True
-    base = LightningModule if isinstance(obj, LightningModule) else LightningDataModule
-    return getattr(type(obj), name, None) is not getattr(base, name, None)
-
-
 def step_overridden(module: LightningModule, stage: str) -> bool:
-    return _overrides(module, _STEP[stage])
+    return is_overridden(_STEP[stage], module, LightningModule)

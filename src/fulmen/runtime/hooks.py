@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -18,9 +18,10 @@ from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.hooks import CheckpointHooks, DataHooks, ModelHooks
 from fulmen.core.module import LightningModule
 from fulmen.utilities.apply_func import move_data_to_device
+from fulmen.utilities.model_helpers import is_overridden
 
 if TYPE_CHECKING:
-    from fulmen.trainer.trainer import Trainer
+    from fulmen.runtime.context import RunContext
 
 # Module hooks whose base implementation does nothing: skipping them changes nothing.
 _NOOP_MODULE_HOOKS = frozenset(
@@ -61,6 +62,20 @@ def takes_optimizer_idx(
     return len(positional) > positional_2x
 
 
+class OptimizerIdxParameter(NamedTuple):
+    named: bool  # training_step names ``optimizer_idx``
+    accepted: bool  # by name or through ``*args``
+    required: bool  # named, without a default
+
+
+def training_step_takes_optimizer_idx(module: Any) -> OptimizerIdxParameter:
+    """How ``module.training_step`` takes the 1.x ``optimizer_idx`` argument (read once per fit)."""
+    params = inspect.signature(module.training_step).parameters
+    named = params.get("optimizer_idx")
+    accepted = named is not None or any(p.kind is p.VAR_POSITIONAL for p in params.values())
+    return OptimizerIdxParameter(named is not None, accepted, named is not None and named.default is inspect.Parameter.empty)
+
+
 def _accepted_kwargs(fn: Callable[..., Any], names: tuple[str, ...]) -> tuple[str, ...]:
     params = inspect.signature(fn).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
@@ -68,17 +83,11 @@ def _accepted_kwargs(fn: Callable[..., Any], names: tuple[str, ...]) -> tuple[st
     return tuple(n for n in names if n in params)
 
 
-def _overrides(obj: object, base: type, name: str) -> bool:
-    if name in getattr(obj, "__dict__", {}):  # assigned on the instance
-        return True
-    return getattr(type(obj), name, None) is not getattr(base, name, None)
-
-
 class HookDispatcher:
     """Calls hooks on the trainer's callbacks, LightningModule and LightningDataModule."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
         self._callback_cache: dict[tuple[str, bool | None], list[Callable[..., Any]]] = {}
         self._module_cache: dict[str, Callable[..., Any] | None] = {}
         self._legacy_cache: dict[Any, bool] = {}
@@ -139,7 +148,7 @@ class HookDispatcher:
                 legacy_kwargs = {
                     "on_tpu": False,
                     "using_lbfgs": isinstance(args[2], torch.optim.LBFGS),
-                    "using_native_amp": self.trainer.precision in ("16-mixed", "bf16-mixed"),
+                    "using_native_amp": self.context.strategy.precision_plugin.name in ("16-mixed", "bf16-mixed"),
                 }
                 for key in _accepted_kwargs(fn, _LEGACY_STEP_KWARGS):
                     kwargs.setdefault(key, legacy_kwargs[key])
@@ -164,10 +173,10 @@ class HookDispatcher:
         key = (name, monitoring)
         fns = self._callback_cache.get(key)
         if fns is None:
-            callbacks = self.trainer.callbacks
+            callbacks = self.context.callbacks
             if monitoring is not None:
                 callbacks = [cb for cb in callbacks if _is_monitoring(cb) == monitoring]
-            fns = [getattr(cb, name) for cb in callbacks if _overrides(cb, Callback, name)]
+            fns = [getattr(cb, name) for cb in callbacks if is_overridden(name, cb, Callback)]
             self._callback_cache[key] = fns
         return fns
 
@@ -179,8 +188,8 @@ class HookDispatcher:
     def _run_callbacks(
         self, name: str, fns: list[Callable[..., Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        trainer = self.trainer
-        module = trainer.lightning_module
+        trainer = self.context.trainer
+        module = self.context.module
         # write to __dict__ directly: nn.Module.__setattr__ costs microseconds per hook in the hot loop
         state = module.__dict__ if module is not None else {}
         previous = state.get("_current_fx_name")
@@ -195,10 +204,10 @@ class HookDispatcher:
     def _module_fn(self, name: str) -> Callable[..., Any] | None:
         if name in self._module_cache:
             return self._module_cache[name]
-        module = self.trainer.lightning_module
+        module = self.context.module
         fn: Callable[..., Any] | None = None
         if module is not None and (
-            name not in _NOOP_MODULE_HOOKS or _overrides(module, LightningModule, name)
+            name not in _NOOP_MODULE_HOOKS or is_overridden(name, module, LightningModule)
         ):
             fn = getattr(module, name, None)
         self._module_cache[name] = fn
@@ -210,7 +219,7 @@ class HookDispatcher:
             fn = self._module_fn(name)
         if fn is None:
             return None
-        state = self.trainer.lightning_module.__dict__  # see call_callbacks: no nn.Module.__setattr__
+        state = self.context.module.__dict__  # see call_callbacks: no nn.Module.__setattr__
         previous = state.get("_current_fx_name")
         state["_current_fx_name"] = name
         try:
@@ -219,24 +228,22 @@ class HookDispatcher:
             state["_current_fx_name"] = previous
 
     def module_overrides(self, name: str) -> bool:
-        module = self.trainer.lightning_module
-        return module is not None and _overrides(module, LightningModule, name)
+        module = self.context.module
+        return module is not None and is_overridden(name, module, LightningModule)
 
     # -- the LightningDataModule ------------------------------------------------------------------------
     def call_datamodule(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        datamodule = self.trainer.datamodule
+        datamodule = self.context.datamodule
         if datamodule is None:
             return None
-        if name in ("prepare_data", "setup", "teardown") and not _overrides(
-            datamodule, LightningDataModule, name
-        ):
+        if name in ("prepare_data", "setup", "teardown") and not is_overridden(name, datamodule, LightningDataModule):
             return None
         fn = getattr(datamodule, name, None)
         return fn(*args, **kwargs) if callable(fn) else None
 
     def datamodule_overrides(self, name: str) -> bool:
-        datamodule = self.trainer.datamodule
-        return datamodule is not None and _overrides(datamodule, DataHooks, name)
+        datamodule = self.context.datamodule
+        return datamodule is not None and is_overridden(name, datamodule, DataHooks)
 
     # -- composite: the batch-transfer hooks (data module's override wins, as in Lightning) ---------------
     def transfer_batch(self, batch: Any, device: Any, dataloader_idx: int) -> Any:

@@ -1,0 +1,205 @@
+"""Exact resume: what a checkpoint holds of the fit loop, and how a run continues from it.
+
+The file keeps Lightning's ``loops`` progress counters (so files move both ways between fulmen and
+Lightning) and adds fulmen's exact-resume state under ``loops.fit_loop.state_dict.fulmen`` (Lightning ignores
+it): where in the loop the file was written (:class:`LoopPhase`), the RNG states at that point and at the start
+of the epoch, gradients of an open accumulation window and the metrics a plateau scheduler still has to read.
+A resumed run first finishes the epoch the checkpoint was written in, exactly as the interrupted run would
+have: RNG restored, the epoch's order redrawn from the epoch-start RNG, batches already trained skipped
+without loading them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fulmen.runtime.rng import capture_rng, restore_rng
+from fulmen.runtime.state import FitProgress, LoopPhase
+
+if TYPE_CHECKING:
+    from fulmen.loops.fit import FitLoop
+
+_MID_EPOCH = (LoopPhase.BATCH, LoopPhase.VALIDATION, LoopPhase.BETWEEN)
+
+
+# -- what a checkpoint holds -----------------------------------------------------------------------------------
+def resume_state(fit: FitLoop) -> dict[str, Any]:
+    """What a checkpoint written now needs to continue exactly from this point (plain data)."""
+    context = fit.context
+    progress = context.progress
+    phase, batch_idx = progress.phase, progress.batch_idx
+    window = progress.window.before_current_batch() if phase is LoopPhase.STEP else progress.window.as_list()
+    if phase is LoopPhase.STEP:  # written during training_step: resume before this batch (not bitwise)
+        phase, batch_idx = LoopPhase.BETWEEN, batch_idx - 1
+    elif phase is LoopPhase.EPOCH_START:
+        phase, batch_idx, window = LoopPhase.BETWEEN, 0, [0, 1, True]
+    module = context.module
+    grads = None
+    if phase in _MID_EPOCH and module is not None:
+        window_open = not module.automatic_optimization or not window[2]
+        if window_open:
+            grads = [p.grad.detach().clone() if p.grad is not None else None for p in module.parameters()]
+            if all(g is None for g in grads):
+                grads = None
+    metrics = {k: v.detach().cpu().clone() if hasattr(v, "detach") else v
+               for k, v in context.metrics.current_callback_metrics().items()}  # fmt: skip
+    epoch_loop = fit.epoch_loop
+    return {
+        "phase": phase.value, "epoch": progress.current_epoch, "global_step": progress.global_step,
+        "batch_idx": batch_idx, "total_batch_idx": progress.total_batch_idx,
+        "batches_that_stepped": progress.batches_that_stepped, "is_last_batch": epoch_loop.is_last_batch,
+        "val_pending": phase is LoopPhase.BATCH and epoch_loop.should_check_val(),
+        "should_stop": context.stop.should_stop, "epoch_start_step": progress.epoch_start_step,
+        "scheduler_steps": [progress.scheduler_steps.total, progress.scheduler_steps.epoch], "window": window,
+        "rng": capture_rng(), "epoch_start_rng": fit.epoch_start_rng if phase in _MID_EPOCH else None,
+        "grads": grads, "callback_metrics": metrics,
+    }  # fmt: skip
+
+
+def _counts(
+    ready: int, completed: int, started: int | None = None, processed: int | None = None
+) -> dict[str, int]:
+    out = {"ready": ready, "completed": completed}
+    if started is not None:
+        out["started"] = started
+    if processed is not None:
+        out["processed"] = processed
+    return out
+
+
+def _batch_progress(current: dict[str, int], total: dict[str, int], is_last: bool) -> dict[str, Any]:
+    return {"total": total, "current": current, "is_last_batch": is_last}
+
+
+def _idle_eval_loop() -> dict[str, Any]:
+    zero = _counts(0, 0, 0, 0)
+    return {"state_dict": {}, "batch_progress": _batch_progress(dict(zero), dict(zero), False)}
+
+
+def loops_state_dict(fit: FitLoop) -> dict[str, Any]:
+    """``checkpoint["loops"]`` with Lightning's keys and counters, plus fulmen's exact-resume state."""
+    progress = fit.context.progress
+    phase = progress.phase
+    epoch, b, tb = progress.current_epoch, progress.batch_idx, progress.total_batch_idx
+    if phase is LoopPhase.BATCH:  # written inside the batch: Lightning counts it processed, not completed
+        cur, tot = _counts(b, b - 1, b, b), _counts(tb + 1, tb, tb + 1, tb + 1)
+    elif phase is LoopPhase.VALIDATION:
+        cur, tot = _counts(b, b, b, b), _counts(tb + 1, tb + 1, tb + 1, tb + 1)
+    else:
+        cur, tot = _counts(b, b, b, b), _counts(tb, tb, tb, tb)
+    if phase in (LoopPhase.BATCH, LoopPhase.VALIDATION, LoopPhase.EPOCH_START):
+        epoch_counts = _counts(epoch + 1, epoch, epoch + 1, epoch)
+    elif phase is LoopPhase.EPOCH_END:
+        epoch_counts = _counts(epoch + 1, epoch, epoch + 1, epoch + 1)
+    else:
+        epoch_counts = _counts(epoch, epoch, epoch, epoch)
+    steps = progress.global_step
+    epoch_steps = steps - progress.epoch_start_step
+    sched = progress.scheduler_steps
+    step_counts = {"total": _counts(steps, steps), "current": _counts(epoch_steps, epoch_steps)}
+    zero_grad = {
+        "total": _counts(steps, steps, steps),
+        "current": _counts(epoch_steps, epoch_steps, epoch_steps),
+    }
+    zero = _counts(0, 0, 0, 0)
+    fit_state = {
+        "state_dict": {"fulmen": resume_state(fit)},
+        "epoch_loop.state_dict": {"_batches_that_stepped": progress.batches_that_stepped},
+        "epoch_loop.batch_progress": _batch_progress(cur, tot, fit.epoch_loop.is_last_batch),
+        "epoch_loop.scheduler_progress": {"total": _counts(sched.total, sched.total),
+                                          "current": _counts(sched.epoch, sched.epoch)},
+        "epoch_loop.automatic_optimization.state_dict": {},
+        "epoch_loop.automatic_optimization.optim_progress": {"optimizer": {"step": step_counts, "zero_grad": zero_grad}},
+        "epoch_loop.manual_optimization.state_dict": {},
+        "epoch_loop.manual_optimization.optim_step_progress": {"total": _counts(steps, steps),
+                                                               "current": _counts(epoch_steps, epoch_steps)},
+        "epoch_loop.val_loop.state_dict": {},
+        "epoch_loop.val_loop.batch_progress": _batch_progress(dict(zero), dict(zero), False),
+        "epoch_progress": {"total": epoch_counts, "current": dict(epoch_counts)},
+    }  # fmt: skip
+    predict = _idle_eval_loop()
+    predict["batch_progress"].pop("is_last_batch")
+    return {"fit_loop": fit_state, "validate_loop": _idle_eval_loop(), "test_loop": _idle_eval_loop(),
+            "predict_loop": predict}  # fmt: skip
+
+
+def state_from_lightning(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """Where a checkpoint written by Lightning stopped, from its progress counters (no RNG: not bitwise)."""
+    fit = checkpoint.get("loops", {}).get("fit_loop", {})
+    epochs = fit.get("epoch_progress", {}).get("total", {})
+    batches = fit.get("epoch_loop.batch_progress", {})
+    cur, tot = batches.get("current", {}), batches.get("total", {})
+    bts = fit.get("epoch_loop.state_dict", {}).get("_batches_that_stepped", 0)
+    completed, processed = epochs.get("completed", 0), epochs.get("processed", 0)
+    started = epochs.get("started", completed)
+    state: dict[str, Any] = {"epoch": checkpoint.get("epoch", completed), "global_step": checkpoint.get("global_step", 0),
+                             "batches_that_stepped": bts, "is_last_batch": bool(batches.get("is_last_batch", False)),
+                             "val_pending": False}  # fmt: skip
+    if processed > completed:
+        state.update(phase="epoch_end", epoch=completed, batch_idx=cur.get("completed", 0),
+                     total_batch_idx=tot.get("processed", 0))  # fmt: skip
+    elif started > completed and cur.get("processed", 0) > 0:
+        b = cur.get("processed", 0)
+        phase = "batch" if b > cur.get("completed", 0) else "validation"
+        state.update(phase=phase, epoch=completed, batch_idx=b, total_batch_idx=tot.get("processed", 1) - 1)
+    else:
+        state.update(phase="idle", epoch=completed, batch_idx=0, total_batch_idx=tot.get("processed", 0))
+    return state
+
+
+# -- continuing from it ---------------------------------------------------------------------------------------
+def load_counters(progress: FitProgress, state: dict[str, Any]) -> None:
+    """The counters, when the checkpoint is loaded (callbacks read them before the loop runs)."""
+    progress.current_epoch = int(state["epoch"])
+    progress.global_step = int(state["global_step"])
+    progress.batch_idx = int(state.get("batch_idx", 0))
+    progress.total_batch_idx = int(state.get("total_batch_idx", 0))
+    progress.batches_that_stepped = int(state.get("batches_that_stepped", 0))
+    progress.epoch_start_step = int(state.get("epoch_start_step", progress.global_step))
+    progress.scheduler_steps.total, progress.scheduler_steps.epoch = (int(x) for x in state.get("scheduler_steps", [0, 0]))
+
+
+def _restore_point(fit: FitLoop, state: dict[str, Any]) -> None:
+    """RNG, open accumulation window and metrics as they were when the checkpoint was written."""
+    context = fit.context
+    if state.get("rng"):
+        restore_rng(state["rng"])
+    grads = state.get("grads")
+    module = context.module
+    if grads is not None and module is not None:
+        for param, grad in zip(module.parameters(), grads):
+            param.grad = None if grad is None else grad.to(param.device, copy=True)
+    context.metrics.callback.update(state.get("callback_metrics") or {})
+    context.stop.should_stop = bool(state.get("should_stop", False))
+    context.stop.agreed = True  # every rank loaded the same checkpoint
+
+
+def _load_window(fit: FitLoop, state: list[Any] | None, batch_idx: int) -> None:
+    if state is None:  # a Lightning checkpoint: windows of accumulate_grad_batches from the epoch start
+        size = fit.context.accumulate_grad_batches
+        pos = batch_idx % size
+        state = [pos, size, pos == 0]
+    fit.context.progress.window.load(state)
+
+
+def finish_interrupted_epoch(fit: FitLoop, state: dict[str, Any]) -> None:
+    """Run what the interrupted run had left of its epoch when the checkpoint was written."""
+    phase = LoopPhase(state["phase"])
+    if phase in _MID_EPOCH:
+        batch_idx = int(state["batch_idx"])
+        fit.on_advance_start(fresh=False)
+        fit.context.progress.batch_idx = batch_idx
+        batches = fit.make_iterator(skip=batch_idx, epoch_rng=state.get("epoch_start_rng"))
+        _restore_point(fit, state)
+        epoch_loop = fit.epoch_loop
+        epoch_loop.reset_epoch()
+        epoch_loop.is_last_batch = bool(state.get("is_last_batch", False))
+        _load_window(fit, state.get("window"), batch_idx)
+        finish = None if phase is LoopPhase.BETWEEN else bool(state.get("val_pending")) and phase is LoopPhase.BATCH
+        epoch_loop.run(batches, finish_batch=finish, resumed=True)
+        fit.on_advance_end()
+    elif phase is LoopPhase.EPOCH_END:
+        _restore_point(fit, state)
+        fit.on_advance_end(hooks=False)
+    else:
+        _restore_point(fit, state)

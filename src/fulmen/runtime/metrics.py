@@ -1,0 +1,141 @@
+"""How logged values reach callbacks, loggers and the progress bar: ``MetricsHub``.
+
+Values stay tensors on the device they were logged on; dict updates hold references (no sync). Loggers get
+Python numbers only every ``log_every_n_steps`` and at epoch ends, the progress bar when it redraws.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fulmen.runtime.results import ResultCollection, to_scalars
+
+if TYPE_CHECKING:
+    from fulmen.runtime.context import RunContext
+
+
+class MetricsHub:
+    """The trainer's view of logged values: ``callback_metrics``, ``logged_metrics``, ``progress_bar_metrics``.
+
+    Dict updates hold tensor references (no sync); loggers get Python numbers only every
+    ``log_every_n_steps`` and at epoch ends.
+    """
+
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
+        self.epoch_end = False
+        self.callback: dict[str, Any] = {}
+        self.logged: dict[str, Any] = {}
+        self.pbar: dict[str, Any] = {}
+        self._eval_steps: dict[str, int] = {}
+
+    def reset(self) -> None:
+        self.callback = {}
+        self.logged = {}
+        self.pbar = {}
+
+    def current_callback_metrics(self) -> dict[str, Any]:
+        self._read()
+        return self.callback
+
+    def current_pbar_metrics(self) -> dict[str, Any]:
+        self._read()
+        return self.pbar
+
+    def _read(self) -> None:
+        """Bring the views up to date with the running collection (a read: it never communicates)."""
+        results = self.context.results
+        if results is not None and results.items:
+            callback, _, pbar = results.metrics(epoch=self.epoch_end, reading=True)
+            self.callback.update(callback)
+            self.pbar.update(pbar)
+
+    # -- write points ------------------------------------------------------------------------------------
+    def _update(self, results: ResultCollection, epoch: bool) -> dict[str, Any]:
+        callback, log, pbar = results.metrics(epoch=epoch)
+        self.callback.update(callback)
+        self.pbar.update(pbar)
+        return log
+
+    def should_log_step(self) -> bool:
+        """Whether step values reach the loggers after the running batch (every ``log_every_n_steps``)."""
+        context = self.context
+        every = context.config.log_every_n_steps
+        step = context.progress.batches_that_stepped + 1
+        return (every > 0 and step % every == 0) or context.stop.should_stop
+
+    def on_train_step_end(self, results: ResultCollection) -> None:
+        if not results.items:
+            return
+        log = self._update(results, epoch=False)
+        if log and self.context.loggers and self.should_log_step():
+            self.log_metrics(log, step=self.context.progress.batches_that_stepped)
+
+    def on_train_epoch_end(self, results: ResultCollection) -> None:
+        if not results.items:
+            return
+        log = self._update(results, epoch=True)
+        if log:
+            # the epoch's values share the step of its last batch
+            self.log_metrics(log, step=self.context.progress.batches_that_stepped - 1)
+
+    def on_eval_step_end(self, results: ResultCollection) -> None:
+        if not results.items:
+            return
+        state = self.context.state
+        callback, log, pbar = results.metrics(epoch=False)
+        if not callback:
+            return
+        self.callback.update(callback)
+        self.pbar.update(pbar)
+        stage = state.stage.value if state.stage is not None else "eval"
+        step = self._eval_steps.get(stage, 0)
+        self._eval_steps[stage] = step + 1
+        if log and not state.sanity_checking:
+            self.log_metrics(log, step=step)
+
+    def on_eval_epoch_end(self, results: ResultCollection, num_dataloaders: int) -> list[dict[str, float]]:
+        state = self.context.state
+        callback, log, pbar = results.metrics(epoch=True)
+        self.callback.update(callback)
+        self.pbar.update(pbar)
+        if log and not state.sanity_checking:
+            step = self.context.progress.batches_that_stepped if state.fitting else None
+            self.log_metrics(log, step=step)
+        outputs: list[dict[str, float]] = []
+        if state.sanity_checking:
+            return outputs
+        epoch_names = {r.meta.epoch_name for r in results.items.values() if r.meta.on_epoch and r.meta.logger}
+        epoch_values = {k: v for k, v in callback.items() if k in epoch_names}
+        for idx in range(num_dataloaders):
+            suffix = f"/dataloader_idx_{idx}"
+            per_dl = {
+                k: v for k, v in epoch_values.items() if "/dataloader_idx_" not in k or k.endswith(suffix)
+            }
+            outputs.append(to_scalars(per_dl))
+        return outputs
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Send metrics to every logger; converts tensors to numbers (a host-device sync point)."""
+        context = self.context
+        scalars = to_scalars(metrics)
+        if step is None:
+            step = int(scalars.pop("step", context.progress.batches_that_stepped))
+        self.logged.update(scalars)
+        if not context.loggers:
+            return
+        scalars.setdefault("epoch", context.progress.current_epoch)
+        for logger in context.loggers:
+            logger.log_metrics(metrics=scalars, step=step)
+            logger.save()
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """The three views, detached on the CPU (to carry them across processes)."""
+        return {name: {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in view.items()}
+                for name, view in (("callback", self.current_callback_metrics()), ("logged", self.logged),
+                                   ("pbar", self.pbar))}  # fmt: skip
+
+    def restore(self, snapshot: dict[str, dict[str, Any]]) -> None:
+        self.callback, self.logged, self.pbar = snapshot["callback"], snapshot["logged"], snapshot["pbar"]

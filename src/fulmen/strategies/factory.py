@@ -1,0 +1,105 @@
+"""Which strategy a Trainer runs with, from its flags: ``select_strategy``.
+
+The answer depends on ``strategy=`` (a name or an instance), the devices and nodes, and whether a launcher
+(torchrun, SLURM) started this process. Nothing else in fulmen asks which strategy class is in use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fulmen.precision import Precision, select_precision
+from fulmen.strategies.ddp import DDPStrategy
+from fulmen.strategies.ddp_spawn import DDPSpawnStrategy
+from fulmen.strategies.environment import detect as detect_cluster
+from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    import torch
+
+    from fulmen.accelerators import Accelerator
+
+DDP_NAMES = ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
+_NOT_AVAILABLE = ("fsdp", "deepspeed", "xla", "hpu_parallel", "single_xla", "single_hpu")
+
+
+def _ddp_kind(name: str | None) -> tuple[str, bool] | None:
+    """'ddp_spawn_find_unused_parameters_true' -> ('ddp_spawn', True); None for names that are not DDP."""
+    if name is None:
+        return None
+    if name in _NOT_AVAILABLE:
+        raise MisconfigurationException(
+            f"strategy={name!r} is not available in fulmen (it trains with DDP on torch.distributed). Use "
+            "strategy='ddp'."
+        )
+    for suffix, find_unused in (("_find_unused_parameters_true", True), ("_find_unused_parameters_false", False)):
+        if name.endswith(suffix):
+            base = name.removesuffix(suffix)
+            return (base, find_unused) if base in DDP_NAMES else None
+    return (name, False) if name in DDP_NAMES else None
+
+
+def select_strategy(
+    strategy: str | Strategy, accelerator: Accelerator, devices: list[torch.device], num_nodes: int,
+    precision: str, precision_plugin: Precision | None = None, sync_batchnorm: bool = False,
+) -> Strategy:  # fmt: skip
+    """The strategy for these (validated) flags; a Strategy instance gets the Trainer's accelerator and
+    precision where it left them at their defaults."""
+    chosen = _select(strategy, accelerator, devices, num_nodes, precision_plugin or select_precision(precision, devices[0].type))
+    if sync_batchnorm and chosen.is_distributed and accelerator.name == "cpu":
+        raise MisconfigurationException(
+            "Trainer(sync_batchnorm=True) turns BatchNorm layers into torch.nn.SyncBatchNorm, which torch runs "
+            "on GPUs only, but accelerator='cpu'. Use sync_batchnorm=False on CPUs."
+        )
+    if sync_batchnorm and not chosen.is_distributed:
+        rank_zero_warn("Trainer(sync_batchnorm=True) has no effect with one process (it syncs across DDP ranks).")
+    return chosen
+
+
+def _select(
+    strategy: Any, accelerator: Accelerator, devices: list[torch.device], num_nodes: int, precision: Precision
+) -> Strategy:
+    device = devices[0]
+    if isinstance(strategy, Strategy):
+        strategy.accelerator = strategy.accelerator or accelerator
+        if type(strategy.precision_plugin) is Precision:  # left at the default: use the Trainer's
+            strategy.precision_plugin = precision
+        strategy.check_launch(devices, num_nodes, detect_cluster())
+        return strategy
+    name = strategy.lower() if isinstance(strategy, str) else None
+    ddp_kind = _ddp_kind(name)
+    if name not in ("auto", "single_device") and ddp_kind is None:
+        raise MisconfigurationException(
+            f"strategy={strategy!r} is not supported. Use 'auto', 'single_device', 'ddp', 'ddp_spawn', "
+            "'ddp_fork', 'ddp_notebook' (each DDP name also with '_find_unused_parameters_true'), or a "
+            "Strategy instance such as DDPStrategy(...)."
+        )
+    processes = len(devices) * num_nodes
+    cluster = detect_cluster()
+    launched = cluster is not None and cluster.world_size > 1
+    if ddp_kind is None and name == "auto" and (processes > 1 or launched):
+        ddp_kind = ("ddp", False)
+    if ddp_kind is None:
+        if processes > 1:
+            raise MisconfigurationException(
+                f"strategy={strategy!r} runs one process, but devices={len(devices)} and num_nodes={num_nodes} "
+                f"ask for {processes}. Use strategy='ddp' (or 'auto'), or devices=1."
+            )
+        return SingleDeviceStrategy(device=device, accelerator=accelerator, precision_plugin=precision)
+    base, find_unused = ddp_kind
+    ddp: DDPStrategy
+    if base == "ddp":
+        # one device outside a launcher trains exactly like one process: no group needed
+        if processes == 1 and cluster is None:
+            return SingleDeviceStrategy(device=device, accelerator=accelerator, precision_plugin=precision)
+        ddp = DDPStrategy(accelerator=accelerator, precision_plugin=precision, find_unused_parameters=find_unused)
+    else:
+        ddp = DDPSpawnStrategy(
+            accelerator=accelerator, precision_plugin=precision, find_unused_parameters=find_unused,
+            start_method="spawn" if base == "ddp_spawn" else "fork",
+        )  # fmt: skip
+        ddp.strategy_name = base
+    ddp.check_launch(devices, num_nodes, cluster)
+    return ddp

@@ -1,0 +1,318 @@
+"""The stage runner: one fit / validate / test / predict in this process, from set-up to teardown.
+
+``Trainer._run`` hands it to ``strategy.launch`` (the identity, except for strategies that start their own
+processes), which calls :meth:`StageRunner.run` in each process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fulmen.runtime.context import CheckpointRequest
+from fulmen.runtime.data import step_overridden
+from fulmen.runtime.hooks import training_step_takes_optimizer_idx
+from fulmen.runtime.state import RunningStage, TrainerFn, TrainerStatus
+from fulmen.trainer import checkpointing
+from fulmen.trainer.connectors import attach_model_callbacks
+from fulmen.trainer.signals import SignalInterrupt, slurm_requeued
+from fulmen.utilities import checkpoint_io
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.runtime.context import RunContext
+    from fulmen.trainer.config import TrainerConfig
+    from fulmen.trainer.signals import SignalConnector
+    from fulmen.trainer.trainer import Trainer
+
+
+class StageRunner:
+    def __init__(self, trainer: Trainer, context: RunContext, signals: SignalConnector) -> None:
+        self.trainer = trainer
+        self.context = context
+        self.signals = signals
+
+    def run(
+        self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None = None,
+        verbose: bool = True, return_predictions: bool = True,
+    ) -> Any:  # fmt: skip
+        """The stage, with the torch settings the flags ask for held during it and put back after it."""
+        with torch_settings(self.context.config, self.context.strategy.root_device):
+            return self._run_stage(model, fn, ckpt_path, weights_only, verbose, return_predictions)
+
+    def _run_stage(
+        self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None, verbose: bool,
+        return_predictions: bool,
+    ) -> Any:  # fmt: skip
+        context, trainer = self.context, self.trainer
+        state, hooks, strategy = context.state, context.hooks, context.strategy
+        state.fn, state.status = fn, TrainerStatus.RUNNING
+        if fn == TrainerFn.FITTING:  # a GradientAccumulationScheduler of an earlier fit changed it
+            context.accumulate_grad_batches = context.config.accumulate_grad_batches
+        context.stop.reset()
+        context.module = model
+        model.trainer = trainer
+        strategy.connect(model)
+        hooks.reset()
+        context.callbacks = attach_model_callbacks(context.callbacks, hooks.call_module("configure_callbacks"))
+        hooks.reset()
+        self._check_model(model, fn)
+        if ckpt_path is None and fn == TrainerFn.FITTING and slurm_requeued():
+            ckpt_path = "last"  # a requeued SLURM job continues where the previous allocation stopped
+        context.checkpoint_request = CheckpointRequest(ckpt_path, weights_only is not False)
+        if fn == TrainerFn.FITTING:
+            self.signals.install()
+        try:
+            self._setup(model, fn)
+            result: Any = None
+            if fn == TrainerFn.FITTING:
+                trainer.fit_loop.run()
+            elif fn == TrainerFn.PREDICTING:
+                result = self._predict(return_predictions)
+            else:
+                result = self._evaluate(fn, verbose)
+            self._teardown(fn)
+            state.status = TrainerStatus.FINISHED
+            state.stage = None
+            return result
+        except BaseException as exception:
+            state.status = TrainerStatus.INTERRUPTED
+            if not isinstance(exception, (SignalInterrupt, KeyboardInterrupt)):
+                strategy.on_exception(exception)  # e.g. DDP: name the rank, release the other ranks
+            hooks.call_callbacks("on_exception", exception)
+            hooks.call_datamodule("on_exception", exception)
+            if isinstance(exception, KeyboardInterrupt):
+                rank_zero_warn("Detected KeyboardInterrupt, attempting graceful shutdown ...")
+            self._teardown(fn, interrupted=True)
+            if isinstance(exception, SignalInterrupt):
+                self.signals.after_teardown(exception)
+                return None
+            if isinstance(exception, KeyboardInterrupt):
+                return None
+            raise
+
+    # -- before the loop ------------------------------------------------------------------------------
+    def _check_model(self, model: LightningModule, fn: TrainerFn) -> None:
+        config, data, hooks = self.context.config, self.context.data, self.context.hooks
+        name = type(model).__name__
+        if fn == TrainerFn.FITTING:
+            if not step_overridden(model, "train"):
+                raise MisconfigurationException(
+                    f"{name} has no `training_step()`; trainer.fit() needs one. Implement "
+                    "training_step(self, batch, batch_idx) and return the loss."
+                )
+            if model.automatic_optimization and not hooks.module_overrides("configure_optimizers"):
+                raise MisconfigurationException(
+                    f"{name} has no `configure_optimizers()`; trainer.fit() needs one to know what to optimise. "
+                    "Return e.g. torch.optim.Adam(self.parameters())."
+                )
+            if not data.has_source("train"):
+                raise MisconfigurationException(
+                    "No training data: pass `train_dataloaders` to trainer.fit(), give a datamodule with "
+                    "`train_dataloader()`, or implement `train_dataloader()` in your LightningModule."
+                )
+            if not model.automatic_optimization:
+                # Lightning's wording, so that searches for the message find the same answers
+                if config.gradient_clip_val is not None and config.gradient_clip_val > 0:
+                    raise MisconfigurationException(
+                        "Automatic gradient clipping is not supported for manual optimization."
+                        f" Remove `Trainer(gradient_clip_val={config.gradient_clip_val})`"
+                        " or switch to automatic optimization."
+                    )
+                if config.accumulate_grad_batches != 1:
+                    raise MisconfigurationException(
+                        "Automatic gradient accumulation is not supported for manual optimization."
+                        f" Remove `Trainer(accumulate_grad_batches={config.accumulate_grad_batches})`"
+                        " or switch to automatic optimization."
+                    )
+                if training_step_takes_optimizer_idx(model).named:
+                    raise MisconfigurationException(
+                        f"{name}.training_step takes `optimizer_idx`, which is passed only under automatic "
+                        "optimization. With `automatic_optimization = False`, remove the argument and get the "
+                        "optimizers with `opt1, opt2 = self.optimizers()`."
+                    )
+            if data.has_source("val") and not step_overridden(model, "val"):
+                rank_zero_warn(
+                    "Validation data was given but the module has no `validation_step()`: validation is skipped."
+                )
+        elif fn == TrainerFn.VALIDATING and not step_overridden(model, "val"):
+            raise MisconfigurationException(f"trainer.validate() needs `validation_step()` in {name}.")
+        elif fn == TrainerFn.TESTING and not step_overridden(model, "test"):
+            raise MisconfigurationException(f"trainer.test() needs `test_step()` in {name}.")
+        elif fn == TrainerFn.PREDICTING and not data.has_source("predict"):
+            raise MisconfigurationException(
+                "No predict data: pass `dataloaders` to trainer.predict(), give a datamodule with "
+                "`predict_dataloader()`, or implement `predict_dataloader()`."
+            )
+
+    def _setup(self, model: LightningModule, fn: TrainerFn) -> None:
+        context, trainer = self.context, self.trainer
+        hooks, strategy, config = context.hooks, context.strategy, context.config
+        strategy.setup_environment()
+        if context.datamodule is not None:
+            hooks.call_datamodule("prepare_data")
+        hooks.call_module("prepare_data")
+        stage = fn.value
+        if context.datamodule is not None:
+            hooks.call_datamodule("setup", stage=stage)
+        hooks.call_callbacks("setup", stage=stage)
+        hooks.call_module("setup", stage=stage)
+        hooks.call_module("configure_sharded_model")
+        hooks.call_module("configure_model")
+        checkpoint = self._load_requested_checkpoint(fn)
+        strategy.connect_run(hooks, config.gradient_clip_val, config.gradient_clip_algorithm, config.sync_batchnorm)
+        strategy.setup(trainer)
+        if fn == TrainerFn.FITTING:
+            strategy.setup_optimizers(trainer)
+            trainer.fit_loop.setup_optimization()  # a wrong training_step signature fails before any hook
+            loaded = context.checkpoint_request.loaded
+            if checkpoint is not None and loaded is not None:
+                checkpointing.restore_training_state(trainer, checkpoint, loaded)
+        if context.loggers and config.enable_autolog_hparams and fn == TrainerFn.FITTING:
+            self._log_hyperparams(model)
+
+    def _load_requested_checkpoint(self, fn: TrainerFn) -> dict[str, Any] | None:
+        """Load ``ckpt_path`` (weights, datamodule and callback states); training state follows later."""
+        request = self.context.checkpoint_request
+        path = checkpointing.resolve_ckpt_path(self.trainer, request.path)
+        if path is None:
+            return None
+        checkpoint = checkpoint_io.load(path, map_location="cpu", weights_only=request.weights_only)
+        request.loaded = path
+        checkpointing.restore_module_and_callbacks(self.trainer, checkpoint, callbacks=fn == TrainerFn.FITTING)
+        return checkpoint if fn == TrainerFn.FITTING else None
+
+    def _log_hyperparams(self, model: LightningModule) -> None:
+        hparams: dict[str, Any] = {}
+        if model.log_hyperparams_enabled:
+            hparams.update(model.hparams_initial)
+        datamodule = self.context.datamodule
+        if datamodule is not None and datamodule.log_hyperparams_enabled:
+            hparams.update(datamodule.hparams_initial)
+        for logger in self.context.loggers:
+            if hparams:
+                logger.log_hyperparams(hparams)
+            if hasattr(logger, "log_graph"):
+                logger.log_graph(model)
+            logger.save()
+
+    # -- the stages other than fit ----------------------------------------------------------------------
+    def _evaluate(self, fn: TrainerFn, verbose: bool) -> list[dict[str, float]]:
+        context, trainer = self.context, self.trainer
+        stage = "val" if fn == TrainerFn.VALIDATING else "test"
+        context.state.stage = RunningStage.VALIDATING if stage == "val" else RunningStage.TESTING
+        loaders, counts = context.data.request_eval_dataloaders(stage)
+        if stage == "val":
+            context.batches.val = counts
+            context.data.val_dataloaders = loaders
+            loop = trainer.validate_loop
+        else:
+            context.batches.test = counts
+            loop = trainer.test_loop
+        context.metrics.reset()
+        results = loop.run(loaders, counts, in_fit=False)
+        if verbose and trainer.is_global_zero and results:
+            _print_results(results, "Validate" if stage == "val" else "Test")
+        return results
+
+    def _predict(self, return_predictions: bool) -> Any:
+        context, trainer = self.context, self.trainer
+        context.state.stage = RunningStage.PREDICTING
+        loaders, counts = context.data.request_eval_dataloaders("predict")
+        context.batches.predict = counts
+        trainer.predictions = trainer.predict_loop.run(loaders, counts, return_predictions)
+        return trainer.predictions
+
+    def _teardown(self, fn: TrainerFn, interrupted: bool = False) -> None:
+        context = self.context
+        hooks, stage = context.hooks, fn.value
+        if context.datamodule is not None:
+            hooks.call_datamodule("teardown", stage=stage)
+        hooks.call_callbacks("teardown", stage=stage)
+        hooks.call_module("teardown", stage=stage)
+        self.trainer.fit_loop.teardown()
+        for logger in context.loggers:
+            logger.finalize("success" if not interrupted else "failed")
+        context.strategy.teardown()
+        context.results = None
+        self.signals.restore()
+
+
+@contextlib.contextmanager
+def torch_settings(config: TrainerConfig, device: torch.device) -> Iterator[None]:
+    """The torch-global settings a run's flags ask for, put back as they were when the run ends.
+
+    ``matmul_precision``, ``deterministic`` (with cuBLAS's workspace variable), ``benchmark`` and
+    ``detect_anomaly`` all change process-wide state that outlives the Trainer otherwise.
+    """
+    saved = (
+        torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(), torch.backends.cudnn.benchmark,
+        torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    )  # fmt: skip
+    if config.matmul_precision is not None:
+        torch.set_float32_matmul_precision(config.matmul_precision)
+    else:
+        _suggest_matmul_precision(device)
+    deterministic = config.deterministic
+    if deterministic is not None:
+        torch.use_deterministic_algorithms(bool(deterministic), warn_only=deterministic == "warn")
+        if deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if config.benchmark is not None or deterministic:
+        torch.backends.cudnn.benchmark = bool(config.benchmark) and not deterministic
+    torch.autograd.set_detect_anomaly(config.detect_anomaly)
+    try:
+        yield
+    finally:
+        matmul, det, warn_only, benchmark, anomaly, check_nan, workspace = saved
+        torch.set_float32_matmul_precision(matmul)
+        torch.use_deterministic_algorithms(det, warn_only=warn_only)
+        torch.backends.cudnn.benchmark = benchmark
+        torch.autograd.set_detect_anomaly(anomaly, check_nan=check_nan)
+        if workspace is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
+
+
+_matmul_suggested = False
+
+
+def _suggest_matmul_precision(device: torch.device) -> None:
+    """Once per process, as Lightning does: a CUDA GPU with tensor cores left at float32 'highest' matmul
+    precision runs float32 matmuls several times slower than it could."""
+    global _matmul_suggested
+    if _matmul_suggested or device.type != "cuda" or torch.get_float32_matmul_precision() != "highest":
+        return
+    if torch.cuda.get_device_capability(device) < (7, 0):  # no tensor cores before Volta
+        return
+    _matmul_suggested = True
+    rank_zero_info(
+        f"The CUDA device {torch.cuda.get_device_name(device)!r} has tensor cores, and float32 matmuls run at "
+        "'highest' precision. Trainer(matmul_precision='high') (or 'medium') trades a little precision for "
+        "much faster float32 matmuls; pass matmul_precision='highest' to keep the current setting and "
+        "silence this message."
+    )
+
+
+def _print_results(results: list[dict[str, float]], title: str) -> None:
+    rows = sorted({k for r in results for k in r})
+    if not rows:
+        return
+    headers = [f"{title} metric", *[f"DataLoader {i}" for i in range(len(results))]]
+    table = [[k, *[f"{r[k]:.6g}" if k in r else "" for r in results]] for k in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *table)]
+    line = "-" * (sum(widths) + 3 * (len(widths) - 1))
+    print(line)
+    print(" | ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    print(line)
+    for row in table:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+    print(line)
