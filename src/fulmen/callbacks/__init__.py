@@ -1,16 +1,55 @@
-"""Callbacks: ``Callback`` and the built-in ones."""
+"""Callbacks: ``Callback`` and the built-in ones.
 
-from fulmen.callbacks.batch_size_finder import BatchSizeFinder
-from fulmen.callbacks.callback import Callback
-from fulmen.callbacks.early_stopping import EarlyStopping
-from fulmen.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
-from fulmen.callbacks.lr_finder import LearningRateFinder
-from fulmen.callbacks.lr_monitor import LearningRateMonitor
-from fulmen.callbacks.model_checkpoint import Checkpoint, ModelCheckpoint
-from fulmen.callbacks.model_summary import ModelSummary
-from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
-from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
-from fulmen.callbacks.timer import Timer
+Each class is imported from its module when first used (``from fulmen.callbacks import ModelCheckpoint``
+works as usual): importing ``fulmen.callbacks.callback`` for the base class then loads nothing else, so
+the tuner, which some callbacks run, can itself define callbacks without an import cycle.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fulmen.callbacks.batch_size_finder import BatchSizeFinder
+    from fulmen.callbacks.callback import Callback
+    from fulmen.callbacks.early_stopping import EarlyStopping
+    from fulmen.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
+    from fulmen.callbacks.lr_finder import LearningRateFinder
+    from fulmen.callbacks.lr_monitor import LearningRateMonitor
+    from fulmen.callbacks.model_checkpoint import Checkpoint, ModelCheckpoint
+    from fulmen.callbacks.model_summary import ModelSummary
+    from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
+    from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
+    from fulmen.callbacks.timer import Timer
+
+_WHERE = {
+    "BatchSizeFinder": "batch_size_finder",
+    "Callback": "callback",
+    "Checkpoint": "model_checkpoint",
+    "EarlyStopping": "early_stopping",
+    "GradientAccumulationScheduler": "gradient_accumulation_scheduler",
+    "LearningRateFinder": "lr_finder",
+    "LearningRateMonitor": "lr_monitor",
+    "ModelCheckpoint": "model_checkpoint",
+    "ModelSummary": "model_summary",
+    "ProgressBar": "progress",
+    "StochasticWeightAveraging": "stochastic_weight_avg",
+    "TQDMProgressBar": "progress",
+    "Timer": "timer",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fulmen.callbacks' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"fulmen.callbacks.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
 
 __all__ = [
     "BatchSizeFinder",

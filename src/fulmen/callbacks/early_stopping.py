@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
 
 _MODES = {"min": (torch.lt, "<"), "max": (torch.gt, ">")}
 
@@ -66,20 +70,20 @@ class EarlyStopping(Callback):
     def state_key(self) -> str:
         return self._generate_state_key(monitor=self.monitor, mode=self.mode)
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if self._check_on_train_epoch_end is None:
             self._check_on_train_epoch_end = (
                 trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch == 1
             )
 
-    def _skip(self, trainer: Any) -> bool:
+    def _skip(self, trainer: Trainer) -> bool:
         return trainer.state.fn is None or trainer.state.fn.value != "fit" or trainer.sanity_checking
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._check_on_train_epoch_end and not self._skip(trainer):
             self._run_check(trainer)
 
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self._check_on_train_epoch_end and not self._skip(trainer):
             self._run_check(trainer)
 
@@ -96,7 +100,7 @@ class EarlyStopping(Callback):
             rank_zero_warn(message)
         return False
 
-    def _run_check(self, trainer: Any) -> None:
+    def _run_check(self, trainer: Trainer) -> None:
         metrics = trainer.callback_metrics
         if trainer.fast_dev_run or not self._metric_available(metrics):
             return

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
 
 
 class LearningRateMonitor(Callback):
@@ -26,7 +30,7 @@ class LearningRateMonitor(Callback):
         self.lrs: dict[str, list[float]] = {}
         self._names: list[tuple[str, Any, str | None]] = []
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.loggers:
             raise MisconfigurationException(
                 "LearningRateMonitor needs a logger, but the Trainer has none (logger=False). Enable a logger "
@@ -79,7 +83,7 @@ class LearningRateMonitor(Callback):
                     )
         return stats
 
-    def _log(self, trainer: Any, interval: str) -> None:
+    def _log(self, trainer: Trainer, interval: str) -> None:
         stats = self._stats(interval)
         if not stats:
             return
@@ -87,12 +91,12 @@ class LearningRateMonitor(Callback):
         for logger in trainer.loggers:
             logger.log_metrics(stats, step=step)
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
         if self.logging_interval == "epoch" or not trainer.run_context.metrics.should_log_step():
             return
         self._log(trainer, "step")
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.logging_interval == "step":
             return
         self._log(trainer, "epoch")

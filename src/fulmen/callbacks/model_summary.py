@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.model_summary import summarize
 from fulmen.utilities.rank_zero import rank_zero_only
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
 
 
 class ModelSummary(Callback):
@@ -15,7 +19,7 @@ class ModelSummary(Callback):
         self._max_depth = max_depth
         self._kwargs = summarize_kwargs
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self._max_depth:
             return
         self._print(str(summarize(pl_module, max_depth=self._max_depth, **self._kwargs)))

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
 
 
 class ProgressBar(Callback):
     """Base class: ``get_metrics`` gives what a bar shows (``v_num`` plus ``prog_bar`` metrics)."""
 
     def __init__(self) -> None:
-        self._trainer: Any = None
+        self._trainer: Trainer | None = None
 
     def disable(self) -> None: ...
     def enable(self) -> None: ...
@@ -21,7 +25,7 @@ class ProgressBar(Callback):
     def print(self, *args: Any, **kwargs: Any) -> None:
         print(*args, **kwargs)
 
-    def get_metrics(self, trainer: Any, pl_module: Any) -> dict[str, int | str | float | dict[str, float]]:
+    def get_metrics(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, int | str | float | dict[str, float]]:
         items: dict[str, Any] = {}
         logger = trainer.logger
         if logger is not None and logger.version is not None:
@@ -98,11 +102,11 @@ class TQDMProgressBar(ProgressBar):
             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]{postfix}",
         )
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if not trainer.is_global_zero:
             self.disable()
 
-    def _set_postfix(self, bar: Any, trainer: Any, pl_module: Any, force: bool = False) -> None:
+    def _set_postfix(self, bar: Any, trainer: Trainer, pl_module: LightningModule, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._last_metrics_time < self._MIN_METRICS_INTERVAL:
             return
@@ -127,7 +131,7 @@ class TQDMProgressBar(ProgressBar):
         return True
 
     # -- training -----------------------------------------------------------------------------------
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.train_progress_bar is not None:
             self.train_progress_bar.close()
         self.train_progress_bar = self._bar(
@@ -135,26 +139,26 @@ class TQDMProgressBar(ProgressBar):
         )
 
     def on_train_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         bar = self.train_progress_bar
         n = batch_idx + 1
         if self._update(bar, n, trainer.num_training_batches):
             self._set_postfix(bar, trainer, pl_module)
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         bar = self.train_progress_bar
         if bar is not None and not self.is_disabled:
             self._set_postfix(bar, trainer, pl_module, force=True)
             bar.refresh()
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.train_progress_bar is not None:
             self.train_progress_bar.close()
             self.train_progress_bar = None
 
     # -- evaluation -----------------------------------------------------------------------------------
-    def _eval_start(self, trainer: Any, desc: str, totals: list[int | float]) -> None:
+    def _eval_start(self, trainer: Trainer, desc: str, totals: list[int | float]) -> None:
         total = sum(totals) if totals else None
         fitting = trainer.state.fn is not None and trainer.state.fn.value == "fit"
         self.val_progress_bar = self._bar(
@@ -175,44 +179,44 @@ class TQDMProgressBar(ProgressBar):
             self.val_progress_bar.close()
             self.val_progress_bar = None
 
-    def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_sanity_check_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._eval_end()
 
-    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.sanity_checking:
             self._eval_start(trainer, "Sanity Checking", trainer.num_sanity_val_batches)
         else:
             self._eval_start(trainer, "Validation", trainer.num_val_batches)
 
-    def on_validation_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
         self._eval_batch_end()
 
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.sanity_checking:
             self._eval_end()
             bar = self.train_progress_bar
             if bar is not None and not self.is_disabled:
                 self._set_postfix(bar, trainer, pl_module, force=True)
 
-    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._eval_start(trainer, "Testing", trainer.num_test_batches)
 
-    def on_test_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
+    def on_test_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
         self._eval_batch_end()
 
-    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._eval_end()
 
-    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._eval_start(trainer, "Predicting", trainer.num_predict_batches)
 
-    def on_predict_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
+    def on_predict_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
         self._eval_batch_end()
 
-    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._eval_end()
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         for bar in (self.train_progress_bar, self.val_progress_bar):
             if bar is not None:
                 bar.close()

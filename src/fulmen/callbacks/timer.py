@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import datetime
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.parsing import parse_time
 from fulmen.utilities.rank_zero import rank_zero_info
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
 
 _STAGES = ("train", "validate", "test", "predict")
 
@@ -59,39 +63,39 @@ class Timer(Callback):
     def _end(self, stage: str) -> None:
         self._end_time[stage] = time.monotonic()
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start("train")
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._end("train")
 
-    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start("validate")
 
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._end("validate")
 
-    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start("test")
 
-    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._end("test")
 
-    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start("predict")
 
-    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._end("predict")
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
         if self._interval == "step" and self._duration is not None:
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._interval == "epoch" and self._duration is not None:
             self._check(trainer)
 
-    def _check(self, trainer: Any) -> None:
+    def _check(self, trainer: Trainer) -> None:
         assert self._duration is not None
         should_stop = self.time_elapsed("train") >= self._duration
         should_stop = trainer.strategy.broadcast(should_stop)

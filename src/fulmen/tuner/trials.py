@@ -17,9 +17,8 @@ if TYPE_CHECKING:
 
 def trial_trainer(trainer: Trainer, steps: int, **overrides: Any) -> Trainer:
     """A Trainer with the user's configuration for a trial of ``steps`` training steps (and as many batches
-    of evaluation): nothing written or shown, no callbacks, on this process's device alone."""
-    from fulmen.trainer.trainer import Trainer
-
+    of evaluation): nothing written or shown, no callbacks, on this process's device alone. It is of the
+    user's Trainer class (a subclass stays itself)."""
     kwargs = dict(trainer.config.arguments)
     kwargs["plugins"] = copy.deepcopy(kwargs.get("plugins"))  # a GradScaler's state must not move
     device = trainer.strategy.root_device
@@ -32,7 +31,7 @@ def trial_trainer(trainer: Trainer, steps: int, **overrides: Any) -> Trainer:
         strategy="single_device", devices=[device.index or 0] if device.type == "cuda" else 1,
     )  # fmt: skip
     kwargs.update(overrides)
-    return Trainer(**kwargs)
+    return type(trainer)(**kwargs)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,188 @@
+"""The package's shape, checked from its source (an AST walk, so a rename cannot fool it):
+
+- no import cycle among modules at import time (package ``__init__`` files count: importing ``a.b.c`` runs
+  ``a/b/__init__.py`` first);
+- imports point one way: trainer -> loops -> runtime / strategies / precision -> core -> utilities, and
+  loops, runtime, strategies, callbacks and tuner never import ``fulmen.trainer``;
+- nothing outside ``fulmen/trainer/`` reads or writes a private attribute of a trainer (``trainer._x``).
+
+Imports under ``if TYPE_CHECKING:`` are for annotations only (they never run) and are not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import fulmen
+
+ROOT = Path(fulmen.__file__).parent
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _module_name(path: Path) -> str:
+    parts = ["fulmen", *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(module: str) -> set[str]:
+    """Modules ``module`` imports when it is imported: module-level statements, TYPE_CHECKING blocks left out,
+    each with the packages whose ``__init__`` the import runs."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.If):
+                if not _is_type_checking(node):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+                visit(node.finalbody)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+
+    visit(ast.parse(path.read_text()).body)
+    edges: set[str] = set()
+    for name in found:
+        if not name.startswith("fulmen"):
+            continue
+        parts = name.split(".")
+        for end in range(2, len(parts) + 1):  # the packages on the way, then the module itself
+            candidate = ".".join(parts[:end])
+            if candidate in MODULES:
+                edges.add(candidate)
+    # a module's own packages are always initialised before it (Python imports parents first), so an edge back
+    # to one of them never makes a cycle of its own
+    return {edge for edge in edges if not _within(module, edge)}
+
+
+GRAPH = {module: _runtime_imports(module) for module in MODULES}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            strongconnect(v)
+    return found
+
+
+def test_the_import_graph_is_read():
+    """The walk sees real edges (a broken walk would make the tests below pass vacuously)."""
+    assert "fulmen.runtime.state" in GRAPH["fulmen.loops.fit"]
+    assert "fulmen.loops" in GRAPH["fulmen.trainer.checkpointing"]  # `from fulmen.loops import resume`: the package
+    assert "fulmen.trainer.config" not in GRAPH["fulmen.runtime.context"]  # TYPE_CHECKING only
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    assert _cycles(GRAPH) == []
+
+
+# what each layer may not import at import time (the layers above it)
+_ABOVE = {
+    "fulmen.utilities": ("fulmen.core", "fulmen.runtime", "fulmen.strategies", "fulmen.loops", "fulmen.trainer",
+                         "fulmen.callbacks", "fulmen.loggers", "fulmen.tuner", "fulmen.precision"),
+    "fulmen.core": ("fulmen.runtime", "fulmen.strategies", "fulmen.loops", "fulmen.trainer", "fulmen.tuner"),
+    "fulmen.precision": ("fulmen.runtime", "fulmen.strategies", "fulmen.loops", "fulmen.trainer", "fulmen.tuner"),
+    "fulmen.runtime": ("fulmen.strategies", "fulmen.loops", "fulmen.trainer", "fulmen.tuner", "fulmen.loggers"),
+    "fulmen.strategies": ("fulmen.runtime", "fulmen.loops", "fulmen.trainer", "fulmen.callbacks", "fulmen.tuner"),
+    "fulmen.loops": ("fulmen.trainer", "fulmen.callbacks", "fulmen.loggers", "fulmen.tuner"),
+    "fulmen.callbacks": ("fulmen.trainer", "fulmen.loops"),
+    "fulmen.tuner": ("fulmen.trainer", "fulmen.loops"),
+    "fulmen.loggers": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("layer", sorted(_ABOVE))
+def test_imports_point_one_way(layer):
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if _within(module, layer)
+        for target in targets
+        if any(_within(target, above) for above in _ABOVE[layer])
+    )
+    assert wrong == []
+
+
+def _private_trainer_accesses(source: str) -> list[str]:
+    """``<...>.trainer._x`` / ``trainer._x`` / ``self._trainer._x``: a private name read through a trainer."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        owner = node.value
+        name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else None
+        if name in ("trainer", "_trainer"):
+            found.append(f"{node.lineno}: .{node.attr}")
+    return sorted(found)
+
+
+def test_the_private_access_check_finds_accesses():
+    source = "def f(trainer, module):\n    trainer._hooks.call()\n    module.trainer._progress = 1\n" \
+             "    return self._trainer._data, trainer.public, module._private\n"  # fmt: skip
+    assert _private_trainer_accesses(source) == ["2: ._hooks", "3: ._progress", "4: ._data"]
+
+
+def test_no_private_trainer_state_outside_the_trainer_package():
+    found = [
+        f"{path.relative_to(ROOT)}:{hit}"
+        for module, path in MODULES.items()
+        if not _within(module, "fulmen.trainer")
+        for hit in _private_trainer_accesses(path.read_text())
+    ]
+    assert found == []
