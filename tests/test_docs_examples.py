@@ -60,6 +60,7 @@ def test_distributed_example_runs(tmp_path):
     assert "rank 0 of 2: loss" in done.stdout and "rank 1" not in done.stdout  # trainer.print: rank 0 only
 
 
+@pytest.mark.slow
 def test_tuning_example_runs(capsys):
     _run_first_example("tuning.md")
     out = capsys.readouterr().out

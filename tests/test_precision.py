@@ -17,6 +17,7 @@ from torch import nn
 import fulmen
 from fulmen.plugins import MixedPrecision
 from fulmen.utilities.exceptions import MisconfigurationException
+from tests.parity import oracle
 
 N_BATCHES = 8
 DTYPES = {"64-true": torch.float64, "16-true": torch.float16, "bf16-true": torch.bfloat16}
@@ -196,6 +197,7 @@ LEGACY = [(16, "bf16-mixed"), ("16", "bf16-mixed"), ("bf16", "bf16-mixed"), (32,
           (64, "64-true"), ("64", "64-true")]  # fmt: skip
 
 
+@oracle.parity
 @pytest.mark.parametrize(("flag", "expected"), LEGACY)
 def test_legacy_values_map_as_lightning_maps_them(flag, expected):
     with warnings.catch_warnings(record=True) as caught:
@@ -204,11 +206,11 @@ def test_legacy_values_map_as_lightning_maps_them(flag, expected):
     assert trainer.precision == expected
     historical = [w for w in caught if "1.x spelling" in str(w.message)]
     assert len(historical) == (1 if str(flag) in ("16", "bf16") else 0)
-    pl = pytest.importorskip("lightning.pytorch")
+    pl = oracle.lightning()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        oracle = pl.Trainer(precision=flag, logger=False, accelerator="cpu")
-    assert oracle.precision_plugin.precision == expected
+        theirs = pl.Trainer(precision=flag, logger=False, accelerator="cpu")
+    assert theirs.precision_plugin.precision == expected
 
 
 def test_precision_plugins_are_checked():

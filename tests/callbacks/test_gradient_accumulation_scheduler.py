@@ -13,6 +13,7 @@ import fulmen
 from fulmen.callbacks import GradientAccumulationScheduler
 from fulmen.utilities.exceptions import MisconfigurationException
 from tests.core.optimization_examples import N_BATCHES, data, weights
+from tests.parity import oracle
 
 
 def model_class(pl: Any) -> type:
@@ -79,8 +80,9 @@ def test_the_pages_examples_and_an_implicit_factor_of_one():
 
 
 # -- epoch mode: the same as Lightning's own callback -----------------------------------------------------------
+@oracle.parity
 def test_epoch_mode_matches_lightning():
-    pl = pytest.importorskip("lightning.pytorch")
+    pl = oracle.lightning()
     runs = []
     for framework in (fulmen, pl):
         factors: list[int] = []

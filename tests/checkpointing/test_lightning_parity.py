@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-pl = pytest.importorskip("lightning.pytorch")
+from tests.parity import oracle
+
+pl = oracle.lightning()
+pytestmark = oracle.parity
 
 import fulmen  # noqa: E402
 from fulmen.callbacks import ModelCheckpoint  # noqa: E402

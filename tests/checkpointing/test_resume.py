@@ -71,6 +71,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tenso
     return _weights(out / "final.pt")
 
 
+@pytest.mark.slow
 def test_resume_after_random_sigkills_is_bitwise_exact(tmp_path, reference):
     points = _kill_points(seed=20261122, count=10)
     out = tmp_path / "run"
@@ -100,6 +101,7 @@ def test_resume_after_random_sigkills_is_bitwise_exact(tmp_path, reference):
     _assert_bitwise_equal(_weights(out / "final.pt"), reference)
 
 
+@pytest.mark.slow
 def test_resume_with_persistent_worker_processes(tmp_path):
     env = {"PERSIST": "1"}
     ref_out = tmp_path / "ref"
@@ -111,6 +113,7 @@ def test_resume_with_persistent_worker_processes(tmp_path):
     _assert_bitwise_equal(_weights(out / "final.pt"), _weights(ref_out / "final.pt"))
 
 
+@pytest.mark.slow
 def test_kill_during_save_leaves_previous_checkpoint(tmp_path, reference):
     out = tmp_path / "run"
     result = _run(out, "--kill", "save:20")
@@ -128,6 +131,7 @@ def test_kill_during_save_leaves_previous_checkpoint(tmp_path, reference):
     _assert_bitwise_equal(_weights(out / "final.pt"), reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["term", "int"])
 def test_sigterm_and_ctrl_c_save_and_stop_cleanly(tmp_path, reference, kind):
     out = tmp_path / "run"

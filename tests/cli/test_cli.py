@@ -82,6 +82,7 @@ def test_plot_command(tmp_path):
     main(["plot", str(tmp_path)])
 
 
+@pytest.mark.slow
 def test_fulmen_tune_finds_batch_size_and_learning_rate_and_saves_the_plot(tmp_path, capsys):
     """1.x's `tune` subcommand on the demo: both finders, the plot written as PNG."""
     pytest.importorskip("sklearn")

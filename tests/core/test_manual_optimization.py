@@ -9,8 +9,9 @@ import torch
 import fulmen
 from fulmen.plugins import MixedPrecision
 from tests.core.optimization_examples import N_BATCHES, examples, fit, weights
+from tests.parity import oracle
 
-pl_lightning = pytest.importorskip("lightning.pytorch")
+pl_lightning = oracle.lightning()
 
 FULMEN = examples(fulmen)
 LIGHTNING = examples(pl_lightning)
@@ -39,6 +40,7 @@ def _run(pl, classes, name):
     return weights(model), trainer.global_step, lrs
 
 
+@oracle.parity
 @pytest.mark.parametrize("name", sorted(EXPECTED_STEPS))
 def test_page_example_matches_lightning(name):
     assert set(FULMEN) == set(EXPECTED_STEPS)  # every example of the pages is listed above
@@ -169,6 +171,7 @@ def test_manual_backward_outside_manual_optimization_is_an_error():
         fit(fulmen, Model(), max_epochs=1)
 
 
+@oracle.parity
 @pytest.mark.parametrize("flags", [{"accumulate_grad_batches": 2}, {"gradient_clip_val": 0.5}])
 def test_manual_optimization_refuses_trainer_flags_with_lightnings_message(flags):
     messages = []
@@ -233,6 +236,7 @@ def _manual_hook_calls(pl) -> list[str]:
     return calls
 
 
+@oracle.parity
 def test_manual_optimization_hook_order_matches_lightning():
     ours = _manual_hook_calls(fulmen)
     assert ours == _manual_hook_calls(pl_lightning)

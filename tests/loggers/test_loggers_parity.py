@@ -12,7 +12,10 @@ import pytest
 import torch
 import yaml
 
-pl = pytest.importorskip("lightning.pytorch")
+from tests.parity import oracle
+
+pl = oracle.lightning()
+pytestmark = oracle.parity
 
 import fulmen  # noqa: E402
 from fulmen.loggers import CSVLogger, TensorBoardLogger  # noqa: E402

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("lightning")
-
+from tests.parity import oracle
 from tests.parity.harness import run_scenario
+
+oracle.lightning()
+pytestmark = oracle.parity
 
 SCENARIOS = {
     "plain": {"trainer": {"max_epochs": 2}},

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import fulmen
+from tests.parity import oracle
 from tests.strategies.ddp_model import CASES, GAN, Model, gan_loader, loader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +105,7 @@ def test_two_processes_train_like_one_on_the_global_batch(ddp_results, case):
 @pytest.fixture(scope="module")
 def lightning_ddp(tmp_path_factory):
     """The same cases trained by Lightning's DDP (2 processes under torchrun, gloo): the oracle."""
-    pytest.importorskip("lightning")
+    oracle.lightning()
     out = tmp_path_factory.mktemp("lightning_ddp")
     script = str(ROOT / "tests" / "strategies" / "ddp_lightning_script.py")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
@@ -116,6 +117,7 @@ def lightning_ddp(tmp_path_factory):
     return [torch.load(out / f"lightning_rank{r}.pt", weights_only=False) for r in range(2)]
 
 
+@oracle.parity
 @pytest.mark.slow
 def test_same_weights_as_lightning_ddp(ddp_results, lightning_ddp):
     for rank in (0, 1):

@@ -9,6 +9,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.parity import oracle
+
 _MODULE_HOOKS = [
     "prepare_data", "setup", "teardown", "configure_callbacks", "configure_model", "configure_optimizers",
     "training_step", "validation_step", "test_step", "predict_step", "backward", "optimizer_step",
@@ -158,7 +160,8 @@ def test_hook_order(fn):
     assert record_hooks("fulmen", fn) == EXPECTED[fn]
 
 
+@oracle.parity
 @pytest.mark.parametrize("fn", ["fit", "validate", "test", "predict"])
 def test_hook_order_matches_lightning(fn):
-    pytest.importorskip("lightning")
+    oracle.lightning()
     assert record_hooks("fulmen", fn) == record_hooks("lightning.pytorch", fn)

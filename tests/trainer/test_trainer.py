@@ -14,12 +14,14 @@ from fulmen import Trainer
 from fulmen.callbacks import LearningRateMonitor, Timer
 from fulmen.demos.boring_classes import BoringDataModule, BoringModel, RandomDataset
 from fulmen.loggers import CSVLogger
+from tests.parity import oracle
 
 QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
 
 
+@oracle.parity
 def test_trainer_signature_matches_lightning():
-    lightning = pytest.importorskip("lightning.pytorch")
+    lightning = oracle.lightning()
     ours = inspect.signature(Trainer.__init__).parameters
     theirs = inspect.signature(lightning.Trainer.__init__).parameters
     # Lightning's arguments in Lightning's order (positional calls work), then fulmen's own keyword extras

@@ -29,6 +29,7 @@ def _trainer(**kwargs) -> fulmen.Trainer:
     return fulmen.Trainer(max_epochs=1, enable_progress_bar=False, enable_model_summary=False, **kwargs)
 
 
+@pytest.mark.slow
 def test_power_doubles_until_out_of_memory(tmp_path):
     model = OOMModel(fits_up_to=48)
     recorder = Recorder()
@@ -52,6 +53,7 @@ def test_power_doubles_until_out_of_memory(tmp_path):
     assert set(model.seen) == {32} and trainer.global_step == 7
 
 
+@pytest.mark.slow
 def test_binsearch_bisects_then_takes_the_margin_off():
     model = OOMModel(fits_up_to=48)
     size = Tuner(_trainer(logger=False)).scale_batch_size(model, mode="binsearch", margin=0.05)
@@ -64,6 +66,7 @@ def test_binsearch_bisects_then_takes_the_margin_off():
     assert exact == 48
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["power", "binsearch"])
 def test_never_past_the_dataset_nor_max_val(mode):
     assert (
@@ -159,6 +162,7 @@ def test_out_of_memory_errors_are_recognised():
     assert not is_oom_error(RuntimeError("shape mismatch")) and not is_oom_error(ValueError(OOM_MESSAGE))
 
 
+@pytest.mark.slow
 def test_one_x_tune():
     model = OOMModel(fits_up_to=40)
     trainer = _trainer(logger=False, auto_scale_batch_size="binsearch")

@@ -38,6 +38,7 @@ class EvaluationLoop:
         multiple = len(dataloaders) > 1
         sanity_checking = context.state.sanity_checking
         previous_results = context.results
+        metrics.refresh()  # the views keep the training step values that readers see during this run
         self.results.reset()
         self.results.sync = strategy.sync_metric
         context.results = self.results

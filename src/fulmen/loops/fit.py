@@ -232,6 +232,7 @@ class FitLoop:
         self.validate_loop.run(loaders, counts, in_fit=True)
         context.state.stage = RunningStage.TRAINING
         context.results = self.results
+        context.metrics.epoch_end = False  # reads during training see step values again
         context.stop.agree(context.strategy)
 
     # -- epochs ----------------------------------------------------------------------------------------
@@ -269,6 +270,7 @@ class FitLoop:
         progress.phase = LoopPhase.EPOCH_END
         if hooks:
             dispatch = context.hooks
+            context.metrics.refresh()  # the epoch's last step values stay in the views
             context.metrics.epoch_end = True  # from here on, reads of callback_metrics see epoch aggregates
             self.results.reduce_epoch()  # sync_dist values reduced here, where every rank is
             if self.epoch_loop._collect_outputs:  # the 1.x hook, only when overridden: outputs cost memory

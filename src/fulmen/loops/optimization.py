@@ -7,6 +7,7 @@ loss (LBFGS) work. On batches that only accumulate, the closure runs without a s
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -96,6 +97,55 @@ class Closure:
         return result
 
 
+class _StepClosure(Closure):
+    """The automatic-optimization closure of one optimizer on one batch: training_step, zero_grad on the
+    window's first batch, backward. A class rather than nested functions: nothing to build per step but
+    this one object."""
+
+    def __init__(
+        self, loop: AutomaticOptimization, idx: int, step_args: tuple[Any, ...], first_of_window: bool, window: int
+    ) -> None:
+        self._result = None
+        self._ran = False
+        self._loop = loop
+        self._idx = idx
+        self._step_args = step_args
+        self._first = first_of_window
+        self._window = window
+
+    def __call__(self) -> Tensor | None:
+        loop = self._loop
+        strategy = loop.context.strategy
+        optimizer = strategy.optimizers[self._idx]
+        output = strategy.training_step(*self._step_args)
+        if type(output) is Tensor and self._window == 1:  # the common case: no result object to build
+            result: ClosureResult | Tensor = output
+            loss: Tensor | None = output
+        else:
+            result = ClosureResult.from_step_output(output, self._window)
+            loss = result.closure_loss
+        if self._first:
+            if loop._inline_zero_grad:
+                optimizer.zero_grad(set_to_none=True)  # the default optimizer_zero_grad
+            else:
+                loop.zero_grad_hooks(self._idx, optimizer, self._step_args[1])
+        if loss is not None:
+            strategy.backward(loss, optimizer)
+        self._result = result  # type: ignore[assignment]
+        self._ran = True
+        # detach() without a copy: backward does not write into the loss, and a copy is an allocation
+        return loss.detach() if loss is not None else None
+
+    def outputs(self) -> dict[str, Any]:
+        """What training_step returned (its last run), for on_train_batch_end and training_epoch_end."""
+        result: Any = self.consume_result()
+        if type(result) is Tensor:
+            return {"loss": result.detach()}
+        if result is None or result.loss is None:
+            return {}
+        return result.asdict()  # type: ignore[no-any-return]
+
+
 class AutomaticOptimization:
     """The trainer steps the optimizers: one closure per active optimizer per batch.
 
@@ -168,33 +218,23 @@ class AutomaticOptimization:
                 module.untoggle_optimizer(optimizers[idx])
         return outputs
 
+    def zero_grad_hooks(self, idx: int, optimizer: Any, batch_idx: int) -> None:
+        """on_before_zero_grad and optimizer_zero_grad, when something overrides them."""
+        hooks = self.context.hooks
+        hooks.call_callbacks("on_before_zero_grad", optimizer)
+        hooks.call_module("on_before_zero_grad", optimizer)
+        hooks.call_module_idx(
+            "optimizer_zero_grad", functools.partial(int, idx), self.context.progress.current_epoch, batch_idx,
+            optimizer,
+        )  # fmt: skip
+
     def _run_one(
         self, idx: int, batch: Any, batch_idx: int, accumulate: bool, first_of_window: bool, window: int
     ) -> dict[str, Any]:
         context = self.context
-        strategy, hooks, progress = context.strategy, context.hooks, context.progress
-        optimizer = strategy.optimizers[idx]
+        strategy, progress = context.strategy, context.progress
         step_args = (batch, batch_idx, idx) if self.pass_optimizer_idx else (batch, batch_idx)
-
-        def index() -> int:  # for the hooks that 1.x called with the optimizer's index
-            return idx
-
-        def step_fn() -> ClosureResult:
-            output = strategy.training_step(*step_args)
-            result = ClosureResult.from_step_output(output, window)
-            if first_of_window and self._inline_zero_grad:
-                optimizer.zero_grad(set_to_none=True)  # the default optimizer_zero_grad
-            elif first_of_window:
-                hooks.call_callbacks("on_before_zero_grad", optimizer)
-                hooks.call_module("on_before_zero_grad", optimizer)
-                hooks.call_module_idx(
-                    "optimizer_zero_grad", index, progress.current_epoch, batch_idx, optimizer
-                )
-            if result.closure_loss is not None:
-                strategy.backward(result.closure_loss, optimizer)
-            return result
-
-        closure = Closure(step_fn)
+        closure = _StepClosure(self, idx, step_args, first_of_window, window)
         if accumulate:
             # not the last batch of the window: no step, and no gradient sync across processes
             with strategy.block_backward_sync():
@@ -203,18 +243,15 @@ class AutomaticOptimization:
             if self._inline_step:
                 # the default optimizer_step: LightningOptimizer.step, whose own step hooks only count
                 # manual-optimization steps
-                strategy.optimizer_step(optimizer, closure)
+                strategy.optimizer_step(strategy.optimizers[idx], closure)
             else:
-                lightning_optimizer = strategy.lightning_optimizers[idx]
-                hooks.call_module_idx(
-                    "optimizer_step", index, progress.current_epoch, batch_idx, lightning_optimizer, closure
-                )
+                context.hooks.call_module_idx(
+                    "optimizer_step", functools.partial(int, idx), progress.current_epoch, batch_idx,
+                    strategy.lightning_optimizers[idx], closure,
+                )  # fmt: skip
             # Lightning's count: one step per optimizer_step call, whether or not the override stepped
             progress.global_step += 1
-        result = closure.consume_result()
-        if result is None or result.loss is None:
-            return {}
-        return result.asdict()
+        return closure.outputs()
 
 
 class ManualOptimization:

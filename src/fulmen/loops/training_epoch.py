@@ -48,6 +48,7 @@ class TrainingEpochLoop:
         self._collect_outputs = False
         self._batch_hooks = True
         self._automatic = True
+        self._validates = True  # validation can run in this fit at all (else no per-batch schedule check)
 
     @property
     def is_last_batch(self) -> bool:
@@ -68,7 +69,7 @@ class TrainingEpochLoop:
             return True
         if progress.batch_idx == context.batches.train or self._is_last_batch:  # all batches ran
             return True
-        if context.stopping:
+        if context.stop.should_stop and context.stopping:
             if can_stop_early(context):
                 return True
             config = context.config
@@ -85,14 +86,6 @@ class TrainingEpochLoop:
         batch continues the open window, whose factor is fixed."""
         return not self.context.progress.window.done
 
-    def _advance_window(self) -> None:
-        window = self.context.progress.window
-        if window.done:
-            window.size = self.context.accumulate_grad_batches
-            window.pos = 0
-        window.pos += 1
-        window.done = window.pos >= window.size or self.num_ready_batches_reached()
-
     def reset_epoch(self) -> None:
         window = self.context.progress.window
         self._is_last_batch = False
@@ -108,6 +101,7 @@ class TrainingEpochLoop:
         self._automatic = module.automatic_optimization
         self._collect_outputs = hooks.module_overrides("training_epoch_end")
         self._batch_hooks = not hooks.defaults_only("on_train_batch_start", "on_train_batch_end")
+        self._validates = self.context.data.validation_enabled(load=False)
         self.automatic.plan()
         self.manual.count_steps(manual=not self._automatic)
 
@@ -156,8 +150,12 @@ class TrainingEpochLoop:
                 return -1
         progress.batch_idx += 1  # batches taken this epoch, this one included
         progress.phase = LoopPhase.STEP
-        self._advance_window()
-        window = progress.window
+        window = progress.window  # the accumulation window, advanced inline (once per batch)
+        if window.done:
+            window.size = context.accumulate_grad_batches
+            window.pos = 0
+        window.pos += 1
+        window.done = window.pos >= window.size or progress.batch_idx == context.batches.train or self._is_last_batch
         accumulate = not window.done
         if self._automatic:
             outputs = self.automatic.run(batch, batch_idx, accumulate, window.pos == 1, window.size)
@@ -181,7 +179,7 @@ class TrainingEpochLoop:
         context = self.context
         progress = context.progress
         if run_validation is None:
-            run_validation = self.should_check_val()
+            run_validation = self._validates and self.should_check_val()
         if run_validation:
             progress.phase = LoopPhase.VALIDATION
             self._run_validation()
@@ -207,7 +205,8 @@ class TrainingEpochLoop:
         if every is not None and (progress.current_epoch + 1) % every != 0:
             return False
         val_check_batch = context.batches.val_check
-        if (self._is_last_batch and val_check_batch == math.inf) or (context.stopping and can_stop_early(context)):
+        stopping = context.stop.should_stop and context.stopping and can_stop_early(context)
+        if (self._is_last_batch and val_check_batch == math.inf) or stopping:
             due = True
         elif val_check_batch == math.inf:
             due = False  # not the last batch

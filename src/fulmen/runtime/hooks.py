@@ -92,9 +92,12 @@ class HookDispatcher:
         self._module_cache: dict[str, Callable[..., Any] | None] = {}
         self._legacy_cache: dict[Any, bool] = {}
         self._default_cache: dict[tuple[str, ...], bool] = {}
+        # bumped by reset(): whoever caches answers of this dispatcher (the strategy's step plan) re-asks
+        self.generation = 0
 
     def reset(self) -> None:
         """Forget which hooks are overridden: call when callbacks or the module change (each run)."""
+        self.generation += 1
         self._callback_cache.clear()
         self._module_cache.clear()
         self._legacy_cache.clear()
@@ -103,9 +106,12 @@ class HookDispatcher:
     def defaults_only(self, *names: str) -> bool:
         """No callback implements any of ``names`` and the module overrides none of them, so the loops
         may run the default behaviour inline (the hot loop skips several calls per step this way)."""
-        return self._cached_default(
-            names, lambda name: self.module_overrides(name) or bool(self._callback_fns(name, None))
-        )
+        cached = self._default_cache.get(names)  # per step: a lookup, no closure made
+        if cached is None:
+            cached = self._cached_default(
+                names, lambda name: self.module_overrides(name) or bool(self._callback_fns(name, None))
+            )
+        return cached
 
     def _cached_default(self, names: tuple[str, ...], overridden: Callable[[str], bool]) -> bool:
         cached = self._default_cache.get(names)
@@ -260,6 +266,10 @@ class HookDispatcher:
             else:
                 batch = self.call_module(name, batch, *args)
         return batch
+
+    def transfer_is_default(self) -> bool:
+        """No batch-transfer hook is overridden (module or data module): batches just move to the device."""
+        return self._transfer_is_default()
 
     def _transfer_is_default(self) -> bool:
         return self._cached_default(

@@ -37,14 +37,14 @@ class MetricsHub:
         self.pbar = {}
 
     def current_callback_metrics(self) -> dict[str, Any]:
-        self._read()
+        self.refresh()
         return self.callback
 
     def current_pbar_metrics(self) -> dict[str, Any]:
-        self._read()
+        self.refresh()
         return self.pbar
 
-    def _read(self) -> None:
+    def refresh(self) -> None:
         """Bring the views up to date with the running collection (a read: it never communicates)."""
         results = self.context.results
         if results is not None and results.items:
@@ -67,11 +67,13 @@ class MetricsHub:
         return (every > 0 and step % every == 0) or context.stop.should_stop
 
     def on_train_step_end(self, results: ResultCollection) -> None:
-        if not results.items:
-            return
-        log = self._update(results, epoch=False)
-        if log and self.context.loggers and self.should_log_step():
-            self.log_metrics(log, step=self.context.progress.batches_that_stepped)
+        """Nothing is copied per step: readers (``callback_metrics``, the progress bar) look at the running
+        collection, and the views catch up before a validation run and at the epoch end. Only a step whose
+        values go to the loggers reads them here."""
+        if results.items and self.context.loggers and self.should_log_step():
+            log = self._update(results, epoch=False)
+            if log:
+                self.log_metrics(log, step=self.context.progress.batches_that_stepped)
 
     def on_train_epoch_end(self, results: ResultCollection) -> None:
         if not results.items:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -23,6 +23,18 @@ from fulmen.utilities.exceptions import MisconfigurationException
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
     from fulmen.runtime.hooks import HookDispatcher
+
+
+class _StepPlan(NamedTuple):
+    """What a step may skip, read from the dispatcher once per run (``generation``) rather than per step."""
+
+    generation: int
+    default_transfer: bool  # no batch-transfer hook overridden
+    keeps_inputs: bool  # the precision leaves inputs as they are
+    plain_forward: bool  # the precision has no forward context to enter
+    inline_backward: bool  # on_before_backward / backward / on_after_backward at their defaults
+    plain_backward: bool  # the precision does not scale the loss
+    nothing_after_closure: bool  # no hook and no clipping between backward and the step
 
 
 class Strategy:
@@ -49,6 +61,7 @@ class Strategy:
         self._clip_val: int | float | None = None
         self._clip_algorithm: str | None = None
         self._sync_batchnorm = False
+        self._plan: _StepPlan | None = None
 
     # -- properties ----------------------------------------------------------------------------------
     @property
@@ -124,6 +137,7 @@ class Strategy:
         """What a run tells the strategy before it is set up: the hook dispatcher it calls the module's steps
         and backward hooks through, and the Trainer's clipping and BatchNorm settings (validated already)."""
         self._hooks = hooks
+        self._plan = None
         self._clip_val = gradient_clip_val
         self._clip_algorithm = gradient_clip_algorithm
         self._sync_batchnorm = sync_batchnorm
@@ -164,22 +178,38 @@ class Strategy:
     def on_exception(self, exception: BaseException) -> None:
         """The run raised ``exception`` (not an interrupt); called before the callbacks hear of it."""
 
+    def _step_plan(self, hooks: HookDispatcher) -> _StepPlan:
+        """Recomputed when the dispatcher was reset (a new run, new callbacks or module); the hot loop reads
+        the cached tuple's fields instead of asking the dispatcher at every step."""
+        precision = type(self.precision_plugin)
+        plan = self._plan = _StepPlan(
+            generation=hooks.generation,
+            default_transfer=hooks.transfer_is_default(),
+            keeps_inputs=precision.convert_input is Precision.convert_input,
+            plain_forward=precision.forward_context is Precision.forward_context,
+            inline_backward=hooks.defaults_only("on_before_backward", "backward", "on_after_backward"),
+            plain_backward=precision.pre_backward is Precision.pre_backward,
+            nothing_after_closure=not self._clip_val
+            and hooks.defaults_only("on_before_optimizer_step", "configure_gradient_clipping"),
+        )  # fmt: skip
+        return plan
+
     # -- data ------------------------------------------------------------------------------------------
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
         hooks = self._hooks
         device = device or self._root_device
-        if hooks is not None and self._lightning_module is not None:
-            batch = hooks.transfer_batch(batch, device, dataloader_idx)
-        else:
+        if hooks is None or self._lightning_module is None:
             batch = move_data_to_device(batch, device)
+            return self.precision_plugin.convert_input(batch)
+        plan = self._plan
+        if plan is None or plan.generation != hooks.generation:
+            plan = self._step_plan(hooks)
+        if plan.default_transfer:
+            batch = move_data_to_device(batch, device)
+        else:
+            batch = hooks.transfer_batch(batch, device, dataloader_idx)
         # '-true' precisions: floating inputs in the weights' dtype, before on_*_batch_start sees the batch
-        precision = self.precision_plugin
-        # the base class keeps inputs as they are: skip the call (a subclass that overrides it is called)
-        return (
-            batch
-            if type(precision).convert_input is Precision.convert_input
-            else precision.convert_input(batch)
-        )
+        return batch if plan.keeps_inputs else self.precision_plugin.convert_input(batch)
 
     # -- steps -----------------------------------------------------------------------------------------
     def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -192,6 +222,11 @@ class Strategy:
             return hooks.call_module(name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        hooks = self._hooks
+        assert hooks is not None
+        plan = self._plan
+        if plan is not None and plan.plain_forward and plan.generation == hooks.generation:
+            return hooks.call_module("training_step", *args, **kwargs)  # per step: one call less
         return self._step("training_step", *args, **kwargs)
 
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -207,12 +242,11 @@ class Strategy:
         """on_before_backward → module.backward (scaled loss) → on_after_backward."""
         hooks = self._hooks
         assert hooks is not None
-        if (
-            not args
-            and not kwargs
-            and hooks.defaults_only("on_before_backward", "backward", "on_after_backward")
-        ):
-            self.precision_plugin.pre_backward(loss).backward()  # the default hooks, inline
+        plan = self._plan
+        if plan is None or plan.generation != hooks.generation:
+            plan = self._step_plan(hooks)
+        if plan.inline_backward and not args and not kwargs:  # the default hooks, inline
+            (loss if plan.plain_backward else self.precision_plugin.pre_backward(loss)).backward()
             return loss
         hooks.call_callbacks("on_before_backward", loss)
         hooks.call_module("on_before_backward", loss)
@@ -229,10 +263,14 @@ class Strategy:
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], **kwargs: Any) -> Any:
         hooks = self._hooks
         after: Callable[[Optimizer], None] | None = self._after_closure
-        if hooks is None or (
-            not self._clip_val and hooks.defaults_only("on_before_optimizer_step", "configure_gradient_clipping")
-        ):
-            after = None  # no hook to call and nothing to clip between backward and the step
+        if hooks is None:
+            after = None
+        else:
+            plan = self._plan
+            if plan is None or plan.generation != hooks.generation:
+                plan = self._step_plan(hooks)
+            if plan.nothing_after_closure:
+                after = None  # no hook to call and nothing to clip between backward and the step
         return self.precision_plugin.optimizer_step(optimizer, closure, after, **kwargs)
 
     def _after_closure(self, optimizer: Optimizer) -> None:

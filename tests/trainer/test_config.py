@@ -1,0 +1,116 @@
+"""``trainer/config.py``: every flag parsed and validated once, into a frozen ``TrainerConfig``."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import inspect
+
+import pytest
+import torch
+
+import fulmen
+from fulmen.plugins import MixedPrecision
+from fulmen.trainer.config import TrainerConfig, parse_flags
+from fulmen.utilities.exceptions import MisconfigurationException
+
+DEFAULTS = {name: p.default for name, p in inspect.signature(fulmen.Trainer.__init__).parameters.items()
+            if name != "self"}  # fmt: skip
+
+
+def parse(**flags):
+    return parse_flags({**DEFAULTS, **flags})
+
+
+def test_every_trainer_argument_is_a_field_or_resolved_into_one():
+    fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+    resolved_elsewhere = {"plugins"}  # -> precision_plugin
+    assert set(DEFAULTS) - resolved_elsewhere <= fields
+    # and each field is documented
+    source = inspect.getsource(TrainerConfig)
+    for field in fields:
+        assert f"    {field}:" in source and '"""' in source.split(f"    {field}:")[1].split("\n")[1]
+
+
+def test_the_config_is_frozen_and_keeps_the_arguments_as_given():
+    config = parse(max_epochs=3, precision="bf16-mixed")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.max_epochs = 4  # type: ignore[misc]
+    assert config.arguments["max_epochs"] == 3 and config.arguments["precision"] == "bf16-mixed"
+    assert fulmen.Trainer(max_epochs=3, logger=False).config.max_epochs == 3
+
+
+def test_defaults():
+    with pytest.warns(UserWarning, match="max_epochs=1000"):
+        config = parse()
+    assert (config.max_epochs, config.max_steps, config.num_sanity_val_steps, config.log_every_n_steps) == (1000, -1, 2, 50)
+    assert (config.limit_train_batches, config.val_check_interval, config.check_val_every_n_epoch) == (1.0, 1.0, 1)
+    assert config.precision == "32-true" and config.precision_plugin is None
+    assert config.devices == [torch.device("cpu")] and config.accelerator.name == "cpu"
+    assert config.enable_checkpointing and config.enable_progress_bar and config.enable_model_summary
+    assert parse(max_steps=10).max_epochs == -1  # a step limit: no epoch limit
+
+
+def test_fast_dev_run_and_overfit_batches_rewrite_the_loop_flags():
+    config = parse(fast_dev_run=3)
+    assert (config.max_steps, config.max_epochs, config.num_sanity_val_steps, config.limit_val_batches) == (3, 1, 0, 3)
+    assert config.fast_dev_run == 3
+    config = parse(max_epochs=1, overfit_batches=4)
+    assert (config.limit_train_batches, config.limit_val_batches) == (4, 0)
+
+
+def test_one_x_spellings():
+    config = parse(max_epochs=1, accumulate_grad_batches={0: 2, 3: 1}, auto_scale_batch_size=True,
+                   stochastic_weight_avg=True)  # fmt: skip
+    assert config.accumulate_grad_batches == 1 and config.accumulation_schedule == {0: 2, 3: 1}
+    assert config.auto_scale_batch_size == "power" and config.stochastic_weight_avg
+    with pytest.warns(UserWarning, match="1.x spelling"):
+        assert parse(max_epochs=1, precision=16).precision == "16-mixed"
+    assert parse(max_epochs=1, max_time={"hours": 2}).max_time == datetime.timedelta(hours=2)
+    assert parse(max_epochs=1, max_time="00:01:00:00").max_time == datetime.timedelta(hours=1)
+
+
+def test_a_precision_plugin_sets_the_precision():
+    plugin = MixedPrecision("bf16-mixed", "cpu")
+    config = parse(max_epochs=1, plugins=[plugin])
+    assert config.precision_plugin is plugin and config.precision == "bf16-mixed"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"max_epochs": -2}, r"max_epochs=-2 must be an int >= -1"),
+        ({"max_steps": 1.5}, r"max_steps=1.5 must be an int >= -1"),
+        ({"min_epochs": 5, "max_epochs": 2}, r"min_epochs=5 is larger than max_epochs=2"),
+        ({"limit_val_batches": 1.5}, r"limit_val_batches=1.5 is a fraction outside"),
+        ({"val_check_interval": 0}, r"val_check_interval=0 must be >= 1"),
+        ({"accumulate_grad_batches": 0}, r"accumulate_grad_batches=0 must be an int >= 1"),
+        ({"gradient_clip_algorithm": "nope"}, r"gradient_clip_algorithm='nope' is not supported. Use 'norm' or 'value'"),
+        ({"gradient_clip_val": -1}, r"gradient_clip_val=-1 must be a number >= 0"),
+        ({"num_nodes": 0}, r"num_nodes=0 must be an int >= 1"),
+        ({"deterministic": "sometimes"}, r"deterministic='sometimes' must be True, False, 'warn' or None"),
+        ({"matmul_precision": "fast"}, r"matmul_precision='fast' is not supported"),
+        ({"compile": "yes"}, r"compile='yes' must be True, False or a dict"),
+        ({"inference_mode": 1}, r"inference_mode=1 must be True or False"),
+        ({"barebones": True, "enable_checkpointing": True}, r"barebones=True.*enable_checkpointing=True"),
+        ({"callbacks": [object()]}, r"every callback must subclass"),
+        ({"max_time": "soon"}, r"max_time='soon' is not understood"),
+        ({"precision": "8-true"}, r"precision='8-true' is not supported"),
+        ({"plugins": [object()]}, r"is not a plugin fulmen knows"),
+    ],
+)
+def test_bad_flags_are_refused_with_the_argument_and_the_value(flags, message):
+    with pytest.raises(MisconfigurationException, match=message):
+        parse(**{"max_epochs": 1, **flags})
+
+
+def test_barebones_turns_the_extras_off():
+    config = parse(max_epochs=1, barebones=True)
+    assert not (config.enable_checkpointing or config.enable_progress_bar or config.enable_model_summary)
+    assert config.logger is False
+
+
+def test_the_accumulation_setter_changes_where_the_next_fit_starts():
+    trainer = fulmen.Trainer(max_epochs=1, logger=False)
+    trainer.accumulate_grad_batches = 4
+    assert trainer.config.accumulate_grad_batches == 4 and trainer.accumulate_grad_batches == 4
