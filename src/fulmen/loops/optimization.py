@@ -163,6 +163,7 @@ class AutomaticOptimization:
         # the hooks left at their defaults run inline in the hot loop (see plan())
         self._inline_zero_grad = False
         self._inline_step = False
+        self.outputs_unread = False  # set by the epoch loop: no hook or 1.x epoch end reads batch outputs
 
     def plan(self) -> None:
         """Decide, once per epoch, which default hooks the step may run inline instead of dispatching."""
@@ -201,10 +202,14 @@ class AutomaticOptimization:
 
     def run(self, batch: Any, batch_idx: int, accumulate: bool, first_of_window: bool, window: int) -> Any:
         """Optimize on one batch; returns its output (one optimizer) or a list with one entry per optimizer
-        (None for optimizers that do not run on this batch)."""
+        (None for optimizers that do not run on this batch). Without a reader of the outputs (see ``plan``)
+        the one-optimizer case returns None."""
         context = self.context
         optimizers = context.strategy.optimizers
         if len(optimizers) == 1:
+            if self.outputs_unread and self._inline_step:  # the step ran the closure: no output to build
+                self._run_one(0, batch, batch_idx, accumulate, first_of_window, window, outputs=False)
+                return None
             return self._run_one(0, batch, batch_idx, accumulate, first_of_window, window)
         self.active = active = self.active_optimizers(batch_idx)
         module = context.module
@@ -229,8 +234,9 @@ class AutomaticOptimization:
         )  # fmt: skip
 
     def _run_one(
-        self, idx: int, batch: Any, batch_idx: int, accumulate: bool, first_of_window: bool, window: int
-    ) -> dict[str, Any]:
+        self, idx: int, batch: Any, batch_idx: int, accumulate: bool, first_of_window: bool, window: int,
+        outputs: bool = True,
+    ) -> dict[str, Any]:  # fmt: skip
         context = self.context
         strategy, progress = context.strategy, context.progress
         step_args = (batch, batch_idx, idx) if self.pass_optimizer_idx else (batch, batch_idx)
@@ -251,7 +257,7 @@ class AutomaticOptimization:
                 )  # fmt: skip
             # Lightning's count: one step per optimizer_step call, whether or not the override stepped
             progress.global_step += 1
-        return closure.outputs()
+        return closure.outputs() if outputs else {}
 
 
 class ManualOptimization:

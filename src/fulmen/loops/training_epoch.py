@@ -65,7 +65,8 @@ class TrainingEpochLoop:
     def done(self) -> bool:
         context = self.context
         progress = context.progress
-        if max_steps_reached(progress.global_step, context.config.max_steps):
+        max_steps = context.config.max_steps
+        if max_steps != -1 and progress.global_step >= max_steps:
             return True
         if progress.batch_idx == context.batches.train or self._is_last_batch:  # all batches ran
             return True
@@ -103,6 +104,7 @@ class TrainingEpochLoop:
         self._batch_hooks = not hooks.defaults_only("on_train_batch_start", "on_train_batch_end")
         self._validates = self.context.data.validation_enabled(load=False)
         self.automatic.plan()
+        self.automatic.outputs_unread = not (self._batch_hooks or self._collect_outputs)
         self.manual.count_steps(manual=not self._automatic)
 
     # -- run -------------------------------------------------------------------------------------------

@@ -213,7 +213,7 @@ class ResultCollection:
     def __init__(self, training: bool) -> None:
         self.training = training
         self.items: dict[str, ResultMetric] = {}
-        self._meta_cache: dict[tuple[Any, ...], LogMeta] = {}
+        self._meta_cache: dict[tuple[Any, ...], tuple[LogMeta, str]] = {}  # -> (meta, key in items)
         self.batch: Any = None
         self._batch_size: int | None = None
         self.dataloader_idx: int | None = None
@@ -254,14 +254,14 @@ class ResultCollection:
             fx, name, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
             add_dataloader_idx, self.dataloader_idx, rank_zero_only,
         )  # fmt: skip
-        meta = self._meta_cache.get(cache_key)
-        if meta is None:
+        cached = self._meta_cache.get(cache_key)
+        if cached is None:
             meta = self._make_meta(
                 fx, name, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
                 sync_dist_group, add_dataloader_idx, rank_zero_only, metric_attribute,
             )  # fmt: skip
-            self._meta_cache[cache_key] = meta
-        key = f"{fx}.{meta.display_name}"
+            cached = self._meta_cache[cache_key] = (meta, f"{fx}.{meta.display_name}")
+        meta, key = cached
         result = self.items.get(key)
         if result is None:
             self._check_duplicate(meta)
@@ -271,7 +271,7 @@ class ResultCollection:
                 f"self.log({name!r}, ...) was called twice in {fx} with different arguments. "
                 "Log each name with one set of arguments per hook."
             )
-        if _is_metric(value):
+        if type(value) is not torch.Tensor and _is_metric(value):
             result.update_metric(value)
             return
         value = self._to_tensor(name, value, device, enable_graph)
