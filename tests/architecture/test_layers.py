@@ -186,3 +186,8 @@ def test_no_private_trainer_state_outside_the_trainer_package():
         for hit in _private_trainer_accesses(path.read_text())
     ]
     assert found == []
+
+
+def test_the_trainer_module_stays_small():
+    """trainer.py holds the entry points and read-only properties; the rest lives in the layers above."""
+    assert len((ROOT / "trainer" / "trainer.py").read_text().splitlines()) <= 600

@@ -70,42 +70,19 @@ class ClosureResult:
 
 
 class Closure:
-    """Callable handed to ``optimizer.step``: runs the step function and remembers its result."""
+    """What ``optimizer.step`` receives under automatic optimization, for one optimizer on one batch:
+    training_step, zero_grad on the window's first batch, backward. Optimizers like LBFGS call it several
+    times; the last call's result is what the batch returns. A class rather than nested functions: nothing
+    to build per step but this one object."""
 
     # a None result means training_step skipped the batch: the precision plugin then skips the step (user
     # closures of manual optimization may return None and still want their step)
     skip_step_without_loss = True
 
-    def __init__(self, step_fn: Any) -> None:
-        self._step_fn = step_fn
-        self._result: ClosureResult | None = None
-        self._ran = False
-
-    def __call__(self) -> Tensor | None:
-        self._result = self._step_fn()
-        self._ran = True
-        return self._result.loss if self._result is not None else None
-
-    def consume_result(self) -> ClosureResult | None:
-        if not self._ran:
-            raise MisconfigurationException(
-                "The optimizer closure was never called, so training_step and backward did not run for this "
-                "batch. An `optimizer_step` override must call `optimizer.step(closure=optimizer_closure)`, or "
-                "`optimizer_closure()` itself when it skips the step."
-            )
-        result, self._result, self._ran = self._result, None, False
-        return result
-
-
-class _StepClosure(Closure):
-    """The automatic-optimization closure of one optimizer on one batch: training_step, zero_grad on the
-    window's first batch, backward. A class rather than nested functions: nothing to build per step but
-    this one object."""
-
     def __init__(
         self, loop: AutomaticOptimization, idx: int, step_args: tuple[Any, ...], first_of_window: bool, window: int
     ) -> None:
-        self._result = None
+        self._result: ClosureResult | Tensor | None = None
         self._ran = False
         self._loop = loop
         self._idx = idx
@@ -131,19 +108,25 @@ class _StepClosure(Closure):
                 loop.zero_grad_hooks(self._idx, optimizer, self._step_args[1])
         if loss is not None:
             strategy.backward(loss, optimizer)
-        self._result = result  # type: ignore[assignment]
+        self._result = result
         self._ran = True
         # detach() without a copy: backward does not write into the loss, and a copy is an allocation
         return loss.detach() if loss is not None else None
 
     def outputs(self) -> dict[str, Any]:
         """What training_step returned (its last run), for on_train_batch_end and training_epoch_end."""
-        result: Any = self.consume_result()
+        if not self._ran:
+            raise MisconfigurationException(
+                "The optimizer closure was never called, so training_step and backward did not run for this "
+                "batch. An `optimizer_step` override must call `optimizer.step(closure=optimizer_closure)`, or "
+                "`optimizer_closure()` itself when it skips the step."
+            )
+        result, self._result, self._ran = self._result, None, False
         if type(result) is Tensor:
             return {"loss": result.detach()}
-        if result is None or result.loss is None:
+        if result is None or result.loss is None:  # type: ignore[union-attr]
             return {}
-        return result.asdict()  # type: ignore[no-any-return]
+        return result.asdict()  # type: ignore[union-attr]
 
 
 class AutomaticOptimization:
@@ -240,7 +223,7 @@ class AutomaticOptimization:
         context = self.context
         strategy, progress = context.strategy, context.progress
         step_args = (batch, batch_idx, idx) if self.pass_optimizer_idx else (batch, batch_idx)
-        closure = _StepClosure(self, idx, step_args, first_of_window, window)
+        closure = Closure(self, idx, step_args, first_of_window, window)
         if accumulate:
             # not the last batch of the window: no step, and no gradient sync across processes
             with strategy.block_backward_sync():

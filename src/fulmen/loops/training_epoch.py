@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from fulmen.runtime.results import ResultCollection
 
 
+# the phases the hot loop writes per batch, as module constants (a global read, not an enum attribute lookup)
+_BETWEEN, _STEP, _BATCH = LoopPhase.BETWEEN, LoopPhase.STEP, LoopPhase.BATCH
+
+
 def max_steps_reached(global_step: int, max_steps: int) -> bool:
     return max_steps != -1 and global_step >= max_steps
 
@@ -65,8 +69,7 @@ class TrainingEpochLoop:
     def done(self) -> bool:
         context = self.context
         progress = context.progress
-        max_steps = context.config.max_steps
-        if max_steps != -1 and progress.global_step >= max_steps:
+        if max_steps_reached(progress.global_step, context.config.max_steps):
             return True
         if progress.batch_idx == context.batches.train or self._is_last_batch:  # all batches ran
             return True
@@ -123,7 +126,7 @@ class TrainingEpochLoop:
         if batches.done:
             return
         while True:
-            progress.phase = LoopPhase.BETWEEN
+            progress.phase = _BETWEEN
             stop.agreed = False  # a should_stop set from here on waits for the next agreement
             try:
                 batch, self._is_last_batch = next(batches)
@@ -151,7 +154,7 @@ class TrainingEpochLoop:
             if hooks.call_module("on_train_batch_start", batch, batch_idx) == -1:
                 return -1
         progress.batch_idx += 1  # batches taken this epoch, this one included
-        progress.phase = LoopPhase.STEP
+        progress.phase = _STEP
         window = progress.window  # the accumulation window, advanced inline (once per batch)
         if window.done:
             window.size = context.accumulate_grad_batches
@@ -165,7 +168,7 @@ class TrainingEpochLoop:
             outputs = self.manual.run(batch, batch_idx)
         if self._collect_outputs:
             self.outputs.append(outputs)
-        progress.phase = LoopPhase.BATCH
+        progress.phase = _BATCH
         if context.strategy.lr_scheduler_configs:
             self.update_lr_schedulers("step", plateau=False)
             if self.num_ready_batches_reached():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fulmen.core.datamodule import LightningDataModule
+from fulmen.runtime.data import split_datamodule
 from fulmen.tuner.batch_size_scaling import scale_batch_size
 from fulmen.tuner.lr_finder import LRFinder, lr_find
 
@@ -72,8 +73,9 @@ def _arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     """A Tuner method's arguments for the search it runs: a data module passed as ``train_dataloaders`` moved
     to ``datamodule`` (as ``fit`` accepts it), a compiled module unwrapped."""
     arguments = {k: v for k, v in arguments.items() if k != "self"}
-    if isinstance(arguments["train_dataloaders"], LightningDataModule):
-        arguments["datamodule"], arguments["train_dataloaders"] = arguments["train_dataloaders"], None
+    arguments["train_dataloaders"], arguments["datamodule"] = split_datamodule(
+        arguments["train_dataloaders"], arguments["datamodule"]
+    )
     arguments["model"] = _unwrap(arguments["model"])
     return arguments
 

@@ -1,0 +1,49 @@
+"""The stage runner holds the torch-global settings a run's flags ask for during the run only."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import fulmen
+from fulmen.demos.boring_classes import BoringModel
+
+
+def _settings():
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.benchmark, torch.is_anomaly_enabled(), torch.get_float32_matmul_precision(),
+            os.environ.get("CUBLAS_WORKSPACE_CONFIG"))  # fmt: skip
+
+
+class Probe(BoringModel):
+    def __init__(self, fail=False):
+        super().__init__()
+        self.seen = None
+        self.fail = fail
+
+    def training_step(self, batch, batch_idx):
+        self.seen = _settings()
+        if self.fail:
+            raise ValueError("boom")
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_settings_hold_during_the_run_and_are_put_back_after_it(monkeypatch, fail):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = _settings()
+    assert before[0] is False and before[3] is False  # the test starts from torch's defaults
+    model = Probe(fail)
+    trainer = fulmen.Trainer(max_steps=1, deterministic="warn", detect_anomaly=True, matmul_precision="medium",
+                             logger=False, enable_checkpointing=False, enable_progress_bar=False)  # fmt: skip
+    data = DataLoader(torch.randn(4, 32), batch_size=2)
+    if fail:
+        with pytest.raises(ValueError, match="boom"):
+            trainer.fit(model, data)
+    else:
+        trainer.fit(model, data)
+    assert model.seen == (True, True, False, True, "medium", ":4096:8")
+    assert _settings() == before
