@@ -24,8 +24,10 @@ _SUBMODULES = frozenset(
         "loops",
         "plugins",
         "precision",
+        "runtime",
         "strategies",
         "trainer",
+        "tuner",
         "utilities",
     }
 )
