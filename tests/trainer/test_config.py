@@ -114,3 +114,11 @@ def test_the_accumulation_setter_changes_where_the_next_fit_starts():
     trainer = fulmen.Trainer(max_epochs=1, logger=False)
     trainer.accumulate_grad_batches = 4
     assert trainer.config.accumulate_grad_batches == 4 and trainer.accumulate_grad_batches == 4
+
+
+def test_the_flags_read_back_from_the_trainer_are_read_only():
+    trainer = fulmen.Trainer(max_epochs=3, limit_val_batches=0.5, logger=False)
+    assert (trainer.max_epochs, trainer.limit_val_batches, trainer.log_every_n_steps) == (3, 0.5, 50)
+    with pytest.raises(AttributeError, match="read-only"):
+        trainer.max_epochs = 4  # type: ignore[misc]
+    assert trainer.max_epochs == 3

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from fulmen.callbacks.callback import Callback
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.hooks import CheckpointHooks, DataHooks, ModelHooks
 from fulmen.core.module import LightningModule
@@ -182,7 +181,9 @@ class HookDispatcher:
             callbacks = self.context.callbacks
             if monitoring is not None:
                 callbacks = [cb for cb in callbacks if _is_monitoring(cb) == monitoring]
-            fns = [getattr(cb, name) for cb in callbacks if is_overridden(name, cb, Callback)]
+            # the default is the Callback base class (found by is_overridden): the runtime layer does not
+            # import the callbacks package, which sits above it
+            fns = [getattr(cb, name) for cb in callbacks if is_overridden(name, cb)]
             self._callback_cache[key] = fns
         return fns
 
@@ -282,6 +283,6 @@ _UNKNOWN: Any = object()  # not looked up yet (None means: no such hook, or a de
 _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
-def _is_monitoring(callback: Callback) -> bool:
+def _is_monitoring(callback: Any) -> bool:
     """Callbacks that read metrics to decide (stop, save) run after the module's epoch-end hook."""
     return bool(getattr(callback, "_is_monitoring_callback", False))

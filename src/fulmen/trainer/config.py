@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import torch
 
@@ -129,6 +129,28 @@ class TrainerConfig:
     """Add StochasticWeightAveraging() with its defaults."""
     arguments: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """The arguments as given to ``Trainer(...)``: the tuner builds its trial trainers from them."""
+
+
+_T = TypeVar("_T")
+
+
+class ConfigField(Generic[_T]):
+    """A read-only Trainer attribute that is one field of its config (``trainer.max_epochs``), typed."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> ConfigField[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type) -> _T: ...
+    def __get__(self, obj: Any, owner: type) -> Any:
+        return self if obj is None else getattr(obj.config, self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:  # read-only, as a property without a setter
+        raise AttributeError(
+            f"Trainer.{self.name} is read-only: it is the flag the Trainer was made with (trainer.config.{self.name})."
+        )
 
 
 def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:

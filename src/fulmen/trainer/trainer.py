@@ -31,7 +31,7 @@ from fulmen.runtime.results import to_scalars
 from fulmen.runtime.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from fulmen.strategies.factory import select_strategy
 from fulmen.strategies.strategy import Strategy
-from fulmen.trainer.config import TrainerConfig, parse_flags
+from fulmen.trainer.config import ConfigField, TrainerConfig, parse_flags
 from fulmen.trainer.connectors import build_callbacks, build_loggers
 from fulmen.trainer.runner import StageRunner
 from fulmen.trainer.signals import SignalConnector
@@ -258,31 +258,31 @@ class Trainer:
         if not (context.state.fitting and context.state.status == TrainerStatus.RUNNING):
             context.config = replace(context.config, accumulate_grad_batches=value)  # where the next fit starts
 
-    # the flags users read back
-    max_epochs = property(lambda self: self.config.max_epochs)
-    min_epochs = property(lambda self: self.config.min_epochs)
-    max_steps = property(lambda self: self.config.max_steps)
-    min_steps = property(lambda self: self.config.min_steps)
-    max_time = property(lambda self: self.config.max_time)
-    gradient_clip_val = property(lambda self: self.config.gradient_clip_val)
-    gradient_clip_algorithm = property(lambda self: self.config.gradient_clip_algorithm)
-    log_every_n_steps = property(lambda self: self.config.log_every_n_steps)
-    val_check_interval = property(lambda self: self.config.val_check_interval)
-    check_val_every_n_epoch = property(lambda self: self.config.check_val_every_n_epoch)
-    num_sanity_val_steps = property(lambda self: self.config.num_sanity_val_steps)
-    fast_dev_run = property(lambda self: self.config.fast_dev_run)
-    limit_train_batches = property(lambda self: self.config.limit_train_batches)
-    limit_val_batches = property(lambda self: self.config.limit_val_batches)
-    limit_test_batches = property(lambda self: self.config.limit_test_batches)
-    limit_predict_batches = property(lambda self: self.config.limit_predict_batches)
-    reload_dataloaders_every_n_epochs = property(lambda self: self.config.reload_dataloaders_every_n_epochs)
-    num_nodes = property(lambda self: self.config.num_nodes)
-    barebones = property(lambda self: self.config.barebones)
-    sync_batchnorm = property(lambda self: self.config.sync_batchnorm)
-    use_distributed_sampler = property(lambda self: self.config.use_distributed_sampler)
-    enable_autolog_hparams = property(lambda self: self.config.enable_autolog_hparams)
-    auto_scale_batch_size = property(lambda self: self.config.auto_scale_batch_size)
-    auto_lr_find = property(lambda self: self.config.auto_lr_find)
+    # the flags users read back (typed, read-only)
+    max_epochs: ConfigField[int] = ConfigField()
+    min_epochs: ConfigField[int | None] = ConfigField()
+    max_steps: ConfigField[int] = ConfigField()
+    min_steps: ConfigField[int | None] = ConfigField()
+    max_time: ConfigField[datetime.timedelta | None] = ConfigField()
+    gradient_clip_val: ConfigField[int | float | None] = ConfigField()
+    gradient_clip_algorithm: ConfigField[str | None] = ConfigField()
+    log_every_n_steps: ConfigField[int] = ConfigField()
+    val_check_interval: ConfigField[int | float] = ConfigField()
+    check_val_every_n_epoch: ConfigField[int | None] = ConfigField()
+    num_sanity_val_steps: ConfigField[int | float] = ConfigField()
+    fast_dev_run: ConfigField[int | bool] = ConfigField()
+    limit_train_batches: ConfigField[int | float] = ConfigField()
+    limit_val_batches: ConfigField[int | float] = ConfigField()
+    limit_test_batches: ConfigField[int | float] = ConfigField()
+    limit_predict_batches: ConfigField[int | float] = ConfigField()
+    reload_dataloaders_every_n_epochs: ConfigField[int] = ConfigField()
+    num_nodes: ConfigField[int] = ConfigField()
+    barebones: ConfigField[bool] = ConfigField()
+    sync_batchnorm: ConfigField[bool] = ConfigField()
+    use_distributed_sampler: ConfigField[bool] = ConfigField()
+    enable_autolog_hparams: ConfigField[bool] = ConfigField()
+    auto_scale_batch_size: ConfigField[str | None] = ConfigField()
+    auto_lr_find: ConfigField[bool | str] = ConfigField()
 
     @property
     def callback_metrics(self) -> dict[str, Any]:
