@@ -60,7 +60,6 @@ class FitLoop:
         self.results = ResultCollection(training=True)
         self.epoch_loop = TrainingEpochLoop(context, self.results, self.run_validation)
         self._train_dataloader: Any = None
-        self.max_batches: int | float = 0
         self._last_reload_epoch: int | None = None
         self.epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's shuffle was drawn
         self._resume: dict[str, Any] | None = None  # a checkpoint's loop state, applied when run starts
@@ -73,6 +72,11 @@ class FitLoop:
     @property
     def min_epochs(self) -> int | None:
         return self.context.config.min_epochs
+
+    @property
+    def max_batches(self) -> int | float:
+        """Training batches per epoch (``trainer.num_training_batches``), known once the data is set up."""
+        return self.context.batches.train
 
     @property
     def train_dataloader(self) -> Any:
@@ -107,10 +111,9 @@ class FitLoop:
         self._train_dataloader = loader
         self._last_reload_epoch = epoch
         length: int | float = len(loader) if has_len(loader) else float("inf")
-        self.max_batches = parse_num_batches("train", length, config.limit_train_batches)
-        if self.max_batches == 0 and length > 0:
+        context.batches.train = parse_num_batches("train", length, config.limit_train_batches)
+        if context.batches.train == 0 and length > 0:
             rank_zero_warn("limit_train_batches selects 0 training batches: training is skipped.")
-        context.batches.train = self.max_batches
         context.batches.val_check = self._val_check_batch(loader)
 
     def _val_check_batch(self, loader: Any) -> int | float:
