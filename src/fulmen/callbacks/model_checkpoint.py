@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from fulmen.callbacks.callback import Callback
+from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import WarningCache, rank_zero_info, rank_zero_warn
 
@@ -91,7 +92,8 @@ class ModelCheckpoint(Checkpoint):
             raise MisconfigurationException(
                 f"ModelCheckpoint got {', '.join(set_triggers)}: these triggers are mutually exclusive. Keep one."
             )
-        self.dirpath: str | None = os.path.realpath(os.fspath(dirpath)) if dirpath is not None else None
+        cloud_io.check_reachable(dirpath, "ModelCheckpoint(dirpath)")
+        self.dirpath: str | None = cloud_io.normalize(dirpath) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
         self.verbose = verbose
@@ -134,11 +136,11 @@ class ModelCheckpoint(Checkpoint):
     # -- hooks -----------------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         dirpath = self.dirpath if self.dirpath is not None else self._default_dirpath(trainer)
-        self.dirpath = trainer.strategy.broadcast(os.path.realpath(dirpath))
-        if stage != "fit" or not trainer.is_global_zero or not os.path.isdir(self.dirpath):
+        self.dirpath = trainer.strategy.broadcast(cloud_io.normalize(dirpath))
+        if stage != "fit" or not trainer.is_global_zero or not cloud_io.isdir(self.dirpath):
             return
         _remove_stale_temporaries(self.dirpath)
-        if trainer.run_context.checkpoint_request.path is None and os.listdir(self.dirpath):
+        if trainer.run_context.checkpoint_request.path is None and cloud_io.listdir(self.dirpath):
             rank_zero_warn(f"Checkpoint directory {self.dirpath} exists and is not empty.")
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -201,7 +203,7 @@ class ModelCheckpoint(Checkpoint):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved_dir = state_dict.get("dirpath")
         same_dir = (
-            saved_dir is not None and self.dirpath is not None and os.path.realpath(saved_dir) == self.dirpath
+            saved_dir is not None and self.dirpath is not None and cloud_io.normalize(saved_dir) == self.dirpath
         )
         if same_dir:
             self.best_k_models = dict(state_dict.get("best_k_models", {}))
@@ -257,7 +259,7 @@ class ModelCheckpoint(Checkpoint):
         if ver is not None:
             name = self.CHECKPOINT_JOIN_CHAR.join((name, f"v{ver}"))
         name += self.FILE_EXTENSION
-        return os.path.join(self.dirpath, name) if self.dirpath else name
+        return cloud_io.join(self.dirpath, name) if self.dirpath else name
 
     def _format_template(self, template: str | None, metrics: dict[str, Any], prefix: str) -> str:
         template = template or "{epoch}" + self.CHECKPOINT_JOIN_CHAR + "{step}"
@@ -286,18 +288,19 @@ class ModelCheckpoint(Checkpoint):
         if not self._enable_version_counter:
             return path
         version = self.STARTING_VERSION
-        while os.path.exists(path) and path != keep:
+        while cloud_io.exists(path) and path != keep:
             path = self.format_checkpoint_name(metrics, filename, ver=version)
             version += 1
         return path
 
-    def find_last_checkpoints(self, trainer: Trainer) -> list[Path]:
+    def find_last_checkpoints(self, trainer: Trainer) -> list[str]:
         """Files named like this callback's last checkpoints in ``dirpath`` (for ``ckpt_path="last"``)."""
-        if self.dirpath is None or not os.path.isdir(self.dirpath):
+        if self.dirpath is None:
             return []
-        stem = self.CHECKPOINT_NAME_LAST
-        return [p for p in Path(self.dirpath).iterdir()
-                if p.is_file() and p.suffix == self.FILE_EXTENSION and stem in p.stem and not p.name.startswith(".")]  # fmt: skip
+        stem, ext = self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION
+        names = [n for n in cloud_io.listdir(self.dirpath)
+                 if n.endswith(ext) and stem in n[: -len(ext)] and not n.startswith(".")]  # fmt: skip
+        return [p for p in (cloud_io.join(self.dirpath, n) for n in names) if cloud_io.isfile(p)]
 
     # -- saving ----------------------------------------------------------------------------------------
     def _monitor_candidates(self, trainer: Trainer) -> dict[str, Any]:
@@ -424,15 +427,14 @@ class ModelCheckpoint(Checkpoint):
         """Delete a rotated-out checkpoint, unless it is the resume source or lies outside ``dirpath``."""
         if not trainer.is_global_zero or self.dirpath is None:
             return
-        real = os.path.realpath(path)
-        if trainer.ckpt_path is not None and real == os.path.realpath(trainer.ckpt_path):
+        real = cloud_io.normalize(path)
+        if trainer.ckpt_path is not None and real == cloud_io.normalize(trainer.ckpt_path):
             return
-        if os.path.dirname(real) != os.path.realpath(self.dirpath):
+        if cloud_io.dirname(real) != cloud_io.normalize(self.dirpath):
             return
-        if real in {os.path.realpath(p) for p in (self.best_model_path, self.last_model_path) if p}:
+        if real in {cloud_io.normalize(p) for p in (self.best_model_path, self.last_model_path) if p}:
             return
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
+        cloud_io.remove(path)
 
     # -- paths -----------------------------------------------------------------------------------------
     def _default_dirpath(self, trainer: Trainer) -> str:
@@ -442,16 +444,15 @@ class ModelCheckpoint(Checkpoint):
             save_dir = logger.save_dir or trainer.default_root_dir
             version = logger.version
             version = version if isinstance(version, str) else f"version_{version}"
-            return os.path.join(save_dir, str(logger.name or ""), version, "checkpoints")
-        return os.path.join(trainer.default_root_dir, "checkpoints")
+            return cloud_io.join(save_dir, str(logger.name or ""), version, "checkpoints")
+        return cloud_io.join(trainer.default_root_dir, "checkpoints")
 
     def to_yaml(self, filepath: str | Path | None = None) -> None:
         import yaml
 
         best = {k: float(v) for k, v in self.best_k_models.items()}
-        target = filepath or os.path.join(self.dirpath or ".", "best_k_models.yaml")
-        with open(target, "w") as f:
-            yaml.dump(best, f)
+        target = filepath or cloud_io.join(self.dirpath or ".", "best_k_models.yaml")
+        cloud_io.write_text(target, yaml.dump(best))
 
 
 _TEMPORARY = re.compile(r"^\..+\.tmp$")
@@ -459,14 +460,18 @@ _TEMPORARY = re.compile(r"^\..+\.tmp$")
 
 def _remove_stale_temporaries(dirpath: str) -> None:
     """Drop half-written files a killed run left behind (``.<name>.<random>.tmp``, see checkpoint_io)."""
-    for entry in os.scandir(dirpath):
-        if entry.is_file() and _TEMPORARY.match(entry.name) and entry.name.count(".") >= 3:
+    for name in cloud_io.listdir(dirpath):
+        if _TEMPORARY.match(name) and name.count(".") >= 3:
             with contextlib.suppress(OSError):
-                os.remove(entry.path)
+                cloud_io.remove(cloud_io.join(dirpath, name))
 
 
 def _link(target: str, link: str) -> None:
-    """Point ``link`` at ``target`` atomically (a temporary symlink renamed over the old one)."""
+    """Point ``link`` at ``target`` atomically (a temporary symlink renamed over the old one). Object stores
+    have no links: there ``link`` becomes a copy of ``target``."""
+    if cloud_io.is_remote(link):
+        cloud_io.copy(target, link)
+        return
     tmp = f"{link}.tmp-link-{os.getpid()}"
     with contextlib.suppress(FileNotFoundError):
         os.remove(tmp)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import csv
+import io
 import os
 from argparse import Namespace
 from typing import Any
 
 from fulmen.loggers.logger import Logger, next_version, save_hparams_yaml
+from fulmen.utilities import cloud_io
 from fulmen.utilities.rank_zero import rank_zero_only
 
 
@@ -22,7 +24,8 @@ class CSVLogger(Logger):
         prefix: str = "",
         flush_logs_every_n_steps: int = 100,
     ) -> None:
-        self._save_dir = os.fspath(save_dir)
+        self._save_dir = cloud_io.local(save_dir)
+        cloud_io.check_reachable(self._save_dir, "CSVLogger(save_dir)")
         self._name = name or ""
         self._version = version
         self._prefix = prefix
@@ -48,12 +51,12 @@ class CSVLogger(Logger):
 
     @property
     def root_dir(self) -> str:
-        return os.path.join(self._save_dir, self._name)
+        return cloud_io.join(self._save_dir, self._name)
 
     @property
     def log_dir(self) -> str:
         version = self.version if isinstance(self.version, str) else f"version_{self.version}"
-        return os.path.join(self.root_dir, version)
+        return cloud_io.join(self.root_dir, version)
 
     @property
     def experiment(self) -> CSVLogger:
@@ -77,25 +80,25 @@ class CSVLogger(Logger):
 
     @rank_zero_only
     def save(self) -> None:
-        os.makedirs(self.log_dir, exist_ok=True)
+        cloud_io.makedirs(self.log_dir)
         if self._hparams:
-            save_hparams_yaml(os.path.join(self.log_dir, "hparams.yaml"), self._hparams)
+            save_hparams_yaml(cloud_io.join(self.log_dir, "hparams.yaml"), self._hparams)
         if not self._rows:
             return
-        path = os.path.join(self.log_dir, "metrics.csv")
+        path = cloud_io.join(self.log_dir, "metrics.csv")
         new_columns = [k for row in self._rows for k in row if k not in self._columns]
         columns = list(dict.fromkeys(self._columns + new_columns))
-        if set(columns) != set(self._columns) and os.path.exists(path):
-            # a new metric appeared: rewrite the file with the wider header (atomically)
-            with open(path, newline="", encoding="utf-8") as f:
-                old = list(csv.DictReader(f))
-            tmp = f"{path}.tmp"
-            with open(tmp, "w", newline="", encoding="utf-8") as f:
-                writer = csv.DictWriter(f, fieldnames=columns)
-                writer.writeheader()
-                writer.writerows(old)
-                writer.writerows(self._rows)
-            os.replace(tmp, path)
+        if cloud_io.is_remote(path) or (set(columns) != set(self._columns) and os.path.exists(path)):
+            # a new metric appeared (or the store cannot append): rewrite the file whole, atomically
+            old = []
+            if cloud_io.exists(path):
+                old = list(csv.DictReader(io.StringIO(cloud_io.read_bytes(path).decode("utf-8"))))
+            out = io.StringIO()
+            writer = csv.DictWriter(out, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(old)
+            writer.writerows(self._rows)
+            cloud_io.write_text(path, out.getvalue())
         else:
             new_file = not os.path.exists(path)
             with open(path, "a", newline="", encoding="utf-8") as f:

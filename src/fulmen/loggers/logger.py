@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
 from abc import ABC, abstractmethod
 from argparse import Namespace
 from typing import Any
 
+from fulmen.utilities import cloud_io
 from fulmen.utilities.rank_zero import rank_zero_only
 
 
@@ -59,12 +59,10 @@ class Logger(ABC):
 
 def next_version(root: str) -> int:
     """One more than the largest existing ``version_N`` folder in ``root`` (0 if none)."""
-    if not os.path.isdir(root):
-        return 0
     versions = []
-    for entry in os.listdir(root):
+    for entry in cloud_io.listdir(root):
         match = re.fullmatch(r"version_(\d+)", entry)
-        if match and os.path.isdir(os.path.join(root, entry)):
+        if match and cloud_io.isdir(cloud_io.join(root, entry)):
             versions.append(int(match.group(1)))
     return max(versions) + 1 if versions else 0
 
@@ -113,10 +111,7 @@ def save_hparams_yaml(path: str, hparams: dict[str, Any]) -> None:
             return plain(vars(v))
         return repr(v)
 
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        yaml.safe_dump(plain(dict(hparams)), f, sort_keys=False)
-    os.replace(tmp, path)
+    cloud_io.write_text(path, yaml.safe_dump(plain(dict(hparams)), sort_keys=False))
 
 
 __all__ = ["Logger", "rank_zero_only"]

@@ -1,12 +1,20 @@
-"""``TensorBoardLogger``: real TensorBoard event files (needs the ``tensorboard`` package)."""
+"""``TensorBoardLogger``: real TensorBoard event files (needs the ``tensorboard`` package).
+
+A remote ``save_dir`` (``s3://``, ``memory://`` ... any fsspec URL): TensorBoard's writer only writes local
+files, so events go to a local staging folder and every ``save()`` / ``finalize()`` uploads that folder to the
+run's ``log_dir``; what is on the store is at most one flush behind.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from argparse import Namespace
 from typing import Any
 
 from fulmen.loggers.logger import Logger, flatten_params, next_version, sanitize_params, save_hparams_yaml
+from fulmen.utilities import cloud_io
 from fulmen.utilities.rank_zero import rank_zero_only
 
 
@@ -24,7 +32,9 @@ class TensorBoardLogger(Logger):
         sub_dir: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._save_dir = os.fspath(save_dir)
+        self._save_dir = cloud_io.local(save_dir)
+        cloud_io.check_reachable(self._save_dir, "TensorBoardLogger(save_dir)")
+        self._staging: str | None = None  # the local folder the writer uses when log_dir is a URL
         self._name = name or ""
         self._version = version
         self._log_graph = log_graph
@@ -51,13 +61,13 @@ class TensorBoardLogger(Logger):
 
     @property
     def root_dir(self) -> str:
-        return os.path.join(self._save_dir, self._name)
+        return cloud_io.join(self._save_dir, self._name)
 
     @property
     def log_dir(self) -> str:
         version = self.version if isinstance(self.version, str) else f"version_{self.version}"
-        path = os.path.join(self.root_dir, version)
-        return os.path.join(path, self._sub_dir) if self._sub_dir else path
+        path = cloud_io.join(self.root_dir, version)
+        return cloud_io.join(path, self._sub_dir) if self._sub_dir else path
 
     @property
     def experiment(self) -> Any:
@@ -65,9 +75,25 @@ class TensorBoardLogger(Logger):
         if self._experiment is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            os.makedirs(self.log_dir, exist_ok=True)
-            self._experiment = SummaryWriter(log_dir=self.log_dir, **self._kwargs)
+            self._experiment = SummaryWriter(log_dir=self._writer_dir(), **self._kwargs)
         return self._experiment
+
+    def _writer_dir(self) -> str:
+        if not cloud_io.is_remote(self.log_dir):
+            os.makedirs(self.log_dir, exist_ok=True)
+            return self.log_dir
+        if self._staging is None:
+            self._staging = tempfile.mkdtemp(prefix="fulmen-tensorboard-")
+        return self._staging
+
+    def _upload(self) -> None:
+        """Copy the staged event files to the remote ``log_dir`` (each one whole)."""
+        if self._staging is None:
+            return
+        for name in sorted(os.listdir(self._staging)):
+            local = os.path.join(self._staging, name)
+            if os.path.isfile(local):
+                cloud_io.copy(local, cloud_io.join(self.log_dir, name))
 
     @rank_zero_only
     def log_hyperparams(
@@ -113,9 +139,10 @@ class TensorBoardLogger(Logger):
     def save(self) -> None:
         if self._experiment is not None:
             self._experiment.flush()
+            self._upload()
         if self.hparams:
-            os.makedirs(self.log_dir, exist_ok=True)
-            save_hparams_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
+            cloud_io.makedirs(self.log_dir)
+            save_hparams_yaml(cloud_io.join(self.log_dir, "hparams.yaml"), self.hparams)
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
@@ -123,7 +150,11 @@ class TensorBoardLogger(Logger):
             self._experiment.flush()
             self._experiment.close()
             self._experiment = None
+            self._upload()
         self.save()
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import enum
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fulmen.loops import resume
-from fulmen.utilities import checkpoint_io
+from fulmen.utilities import checkpoint_io, cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
@@ -101,7 +100,7 @@ def _store_hparams(checkpoint: dict[str, Any], obj: Any, prefix: str) -> None:
 
 
 def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
-    path = os.fspath(filepath)
+    path = cloud_io.local(filepath)
     checkpoint = dump_checkpoint(trainer, weights_only=weights_only or path.endswith(".safetensors"))
     if not trainer.is_global_zero:
         return
@@ -126,24 +125,25 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
             )
         return str(best)
     if ckpt_path == "last":
-        candidates: list[Path] = []
+        candidates: list[str] = []
         for cb in trainer.checkpoint_callbacks:
             last = getattr(cb, "last_model_path", "")
-            if last and os.path.exists(last):
-                candidates.append(Path(last))
+            if last and cloud_io.exists(last):
+                candidates.append(str(last))
             finder = getattr(cb, "find_last_checkpoints", None)
             if finder is not None:
                 candidates.extend(finder(trainer))
         if not candidates:
             rank_zero_warn('ckpt_path="last" found no last checkpoint: training starts from scratch.')
             return None
-        return str(max(candidates, key=lambda p: p.stat().st_mtime))
+        return max(candidates, key=cloud_io.modified)
     if not isinstance(ckpt_path, str | os.PathLike):
         raise MisconfigurationException(
             f"ckpt_path={ckpt_path!r} must be a file path, 'last', 'best' or None."
         )
-    path = os.fspath(ckpt_path)
-    if not os.path.exists(path):
+    path = cloud_io.local(ckpt_path)
+    cloud_io.check_reachable(path, "ckpt_path")
+    if not cloud_io.exists(path):
         raise FileNotFoundError(f"ckpt_path={path!r}: no such checkpoint file.")
     return path
 

@@ -8,7 +8,6 @@ a flag again; the loops read the fields of the config they are given.
 from __future__ import annotations
 
 import datetime
-import os
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
@@ -16,6 +15,7 @@ import torch
 
 from fulmen.accelerators import Accelerator, select_accelerator
 from fulmen.precision import Precision, normalize_precision
+from fulmen.utilities import cloud_io
 from fulmen.utilities.clipping import check_clip_algorithm, check_clip_val
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.parsing import parse_time
@@ -213,6 +213,7 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
     precision = normalize_precision(a["precision"]) if precision_plugin is None else precision_plugin.name
     accelerator = select_accelerator(a["accelerator"])
     root = a["default_root_dir"]
+    cloud_io.check_reachable(root, "Trainer(default_root_dir)")
     return TrainerConfig(
         accelerator=accelerator, devices=accelerator.parse_devices(a["devices"]), strategy=a["strategy"],
         num_nodes=num_nodes, precision=precision, precision_plugin=precision_plugin,
@@ -222,7 +223,7 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
         matmul_precision=matmul, compile=a["compile"], logger=logger, callbacks=_callback_list(a["callbacks"]),
         enable_checkpointing=checkpointing is not False, enable_progress_bar=progress_bar is not False,
         enable_model_summary=summary is not False,
-        default_root_dir=os.fspath(root) if root is not None else None,
+        default_root_dir=cloud_io.local(root) if root is not None else None,
         enable_autolog_hparams=a["enable_autolog_hparams"], barebones=a["barebones"], profiler=a["profiler"],
         model_registry=a["model_registry"], auto_scale_batch_size="power" if scale is True else scale or None,
         auto_lr_find=a["auto_lr_find"], stochastic_weight_avg=a["stochastic_weight_avg"], arguments=dict(a),

@@ -15,6 +15,7 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from fulmen.utilities import cloud_io
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ class SignalConnector:
                 path: str = save(trainer)
                 break
         else:
-            path = os.path.join(trainer.default_root_dir, "interrupted.ckpt")
+            path = cloud_io.join(trainer.default_root_dir, "interrupted.ckpt")
             trainer.save_checkpoint(path)
         rank_zero_info(f"Saved checkpoint {path!r}; resume with trainer.fit(..., ckpt_path={path!r}).")
         return path

@@ -4,6 +4,11 @@ Writes go to a temporary file in the target directory, are flushed and fsynced, 
 final name (``os.replace`` is atomic on POSIX and Windows): at any instant the final name holds either the
 previous complete file or the new complete file.
 
+Paths may be URLs (``memory://``, ``s3://`` ...): those go through ``cloud_io`` (upload under a temporary
+name, then a move). The final file gets the permissions an ordinary new file gets under the process umask
+(0644 under the usual 022), not the 0600 of the temporary file, so a teammate or a serving process running as
+another user can read it.
+
 Reads use ``torch.load(weights_only=True)``: the unpickler only builds tensors, containers and primitives
 (plus the allow-list below), so a checkpoint cannot make the reader import or call anything.
 """
@@ -15,12 +20,14 @@ import io
 import os
 import pickle
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from fulmen.utilities import cloud_io
 from fulmen.utilities.parsing import AttributeDict
 
 _PathLike = str | os.PathLike[str]
@@ -52,7 +59,16 @@ def _supports_named_globals() -> bool:
 
 def atomic_write(path: _PathLike, write: Callable[[io.BufferedWriter], object]) -> None:
     """Call ``write(f)`` on a temporary file next to ``path``, make it durable, then rename it to ``path``."""
-    path = Path(path)
+    if cloud_io.is_remote(path):
+        try:
+            cloud_io.write_remote(path, write)  # type: ignore[arg-type]
+        except OSError as err:
+            raise CheckpointWriteError(
+                err.errno, f"Writing checkpoint {os.fspath(path)!r} failed: {err}. The previous file under "
+                "that name (if any) is intact; check the storage's credentials and space, and save again.",
+            ) from err
+        return
+    path = Path(cloud_io.local(path))
     directory = path.parent
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -64,6 +80,7 @@ def atomic_write(path: _PathLike, write: Callable[[io.BufferedWriter], object]) 
             "exists and is writable, or choose another `dirpath`.",
         ) from err
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
         with os.fdopen(fd, "wb") as f:
             write(f)  # type: ignore[arg-type]
             f.flush()
@@ -80,6 +97,17 @@ def atomic_write(path: _PathLike, write: Callable[[io.BufferedWriter], object]) 
             ) from err
         raise
     _fsync_directory(directory)
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """The process umask. Reading it means setting it, so the two calls are serialised."""
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -117,13 +145,16 @@ def load(path: _PathLike, map_location: Any = None, weights_only: bool = True) -
     path_str = os.fspath(path)
     if str(path_str).endswith(".safetensors"):
         return load_safetensors(path_str, map_location)
-    if not os.path.exists(path_str):
+    if not cloud_io.exists(path_str):
         raise FileNotFoundError(f"Checkpoint file not found: {path_str!r}.")
+    source: Any = cloud_io.local(path_str)
+    if cloud_io.is_remote(path_str):
+        source = io.BytesIO(cloud_io.read_bytes(path_str))
     if not weights_only:
-        return torch.load(path_str, map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
+        return torch.load(source, map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
     try:
         with _safe_globals():
-            checkpoint = torch.load(path_str, map_location=map_location, weights_only=True)
+            checkpoint = torch.load(source, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         detail = str(err).strip().splitlines()
         reason = next(
@@ -176,10 +207,17 @@ def load_safetensors(path: _PathLike, map_location: Any = None) -> dict[str, Any
         ) from err
     device = map_location if isinstance(map_location, str | torch.device) else "cpu"
     state: dict[str, torch.Tensor] = {}
-    with safe_open(os.fspath(path), framework="pt", device=str(device)) as f:
-        metadata = f.metadata() or {}
-        for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
-            state[key] = f.get_tensor(key)
+    if cloud_io.is_remote(path):
+        from safetensors.torch import load as st_load
+
+        data = cloud_io.read_bytes(path)
+        state = {k: v.to(device) for k, v in st_load(data).items()}
+        metadata = _safetensors_metadata(data)
+    else:
+        with safe_open(cloud_io.local(path), framework="pt", device=str(device)) as f:
+            metadata = f.metadata() or {}
+            for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                state[key] = f.get_tensor(key)
     checkpoint: dict[str, Any] = {
         "state_dict": state,
         "epoch": int(metadata.get("epoch", 0)),
@@ -190,3 +228,12 @@ def load_safetensors(path: _PathLike, map_location: Any = None) -> dict[str, Any
     if "hparams_name" in metadata:
         checkpoint["hparams_name"] = metadata["hparams_name"]
     return checkpoint
+
+
+def _safetensors_metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file held in memory (its header is 8 bytes of length + JSON)."""
+    import json
+
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    return dict(header.get("__metadata__") or {})
