@@ -106,6 +106,8 @@ def main(outdir: str) -> None:
         results[case] = {"global_step": trainer.global_step, "current_epoch": trainer.current_epoch,
                          "should_stop": trainer.should_stop}  # fmt: skip
     results["collectives"] = collectives(trainer.strategy)
+    results["module_all_gather"] = module_all_gather(model)
+    results["prediction_writer"] = predict_with_writer()
     results["batch_size"] = tuned_batch_size()
     results["lr_find"] = tuned_learning_rate()
     results["rank_zero"] = rank_zero_run(outdir)
@@ -174,6 +176,40 @@ def collectives(strategy) -> dict:
         "any": strategy.reduce_boolean_decision(rank == 1, all=False),
         "all": strategy.reduce_boolean_decision(rank == 1, all=True),
     }  # fmt: skip
+
+
+def module_all_gather(model: fulmen.LightningModule) -> dict:
+    """LightningModule.all_gather on a collection, and with sync_grads (the gradient flows back to every rank)."""
+    rank = model.global_rank
+    gathered = model.all_gather({"rank": torch.tensor([float(rank)]), "number": rank + 10})
+    x = torch.tensor([rank + 1.0], requires_grad=True)
+    (model.all_gather(x, sync_grads=True) * torch.tensor([[1.0], [3.0]])).sum().backward()
+    return {"rank": gathered["rank"].tolist(), "number": gathered["number"].tolist(), "grad": x.grad.tolist()}
+
+
+class Predicting(Model):
+    def predict_step(self, batch, batch_idx):
+        return self.net(batch[0])
+
+
+class IndexWriter(fulmen.callbacks.BasePredictionWriter):
+    def __init__(self) -> None:
+        super().__init__("batch_and_epoch")
+        self.batches: list = []
+        self.epoch: tuple | None = None
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
+        self.batches.append((list(batch_indices), prediction.shape[0]))
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices):
+        self.epoch = (len(predictions), batch_indices)
+
+
+def predict_with_writer() -> dict:
+    """A prediction writer under DDP: each rank writes its share, with the dataset indices of its samples."""
+    writer = IndexWriter()
+    out = ddp_trainer(callbacks=[writer]).predict(Predicting(), loader(batch_size=5), return_predictions=False)
+    return {"batches": writer.batches, "epoch": writer.epoch, "returned": out}
 
 
 def rank_zero_run(outdir: str) -> dict:

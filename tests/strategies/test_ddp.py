@@ -211,6 +211,27 @@ def test_collectives(ddp_results):
         }  # fmt: skip
 
 
+@pytest.mark.slow
+def test_module_all_gather_and_prediction_writer(ddp_results):
+    for rank in (0, 1):
+        # each rank's loss is 1*x_0 + 3*x_1 over the gathered x; rank r's gradient sums d(loss)/d(x_r) over
+        # both ranks' losses: 1 + 1 on rank 0, 3 + 3 on rank 1
+        assert ddp_results[rank]["module_all_gather"] == {
+            "rank": [[0.0], [1.0]], "number": [10, 11], "grad": [[2.0], [6.0]][rank],
+        }  # fmt: skip
+    seen = []
+    for rank in (0, 1):
+        written = ddp_results[rank]["prediction_writer"]
+        assert written["returned"] is None
+        batches = written["batches"]
+        assert written["epoch"] == (len(batches), [[indices for indices, _ in batches]])
+        assert all(len(indices) == size for indices, size in batches)
+        seen += [i for indices, _ in batches for i in indices]
+    # DistributedSampler gives rank r the samples r, r+2, ...: together the ranks cover all 64, once each
+    assert sorted(seen) == list(range(64))
+    assert all(i % 2 == 0 for indices, _ in ddp_results[0]["prediction_writer"]["batches"] for i in indices)
+
+
 def test_launch_checks(monkeypatch):
     from fulmen.strategies.ddp import DDPStrategy, launch_local_ranks
     from fulmen.utilities.exceptions import MisconfigurationException

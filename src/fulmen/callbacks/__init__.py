@@ -15,28 +15,37 @@ if TYPE_CHECKING:
     from fulmen.callbacks.callback import Callback
     from fulmen.callbacks.early_stopping import EarlyStopping
     from fulmen.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
+    from fulmen.callbacks.lambda_function import LambdaCallback
     from fulmen.callbacks.lr_finder import LearningRateFinder
     from fulmen.callbacks.lr_monitor import LearningRateMonitor
     from fulmen.callbacks.model_checkpoint import Checkpoint, ModelCheckpoint
     from fulmen.callbacks.model_summary import ModelSummary
+    from fulmen.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
+    from fulmen.callbacks.prediction_writer import BasePredictionWriter
     from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
+    from fulmen.callbacks.spike import SpikeDetection, TrainingSpikeException
     from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
     from fulmen.callbacks.timer import Timer
 
 _WHERE = {
+    "BasePredictionWriter": "prediction_writer",
     "BatchSizeFinder": "batch_size_finder",
     "Callback": "callback",
     "Checkpoint": "model_checkpoint",
     "EarlyStopping": "early_stopping",
     "GradientAccumulationScheduler": "gradient_accumulation_scheduler",
+    "LambdaCallback": "lambda_function",
     "LearningRateFinder": "lr_finder",
     "LearningRateMonitor": "lr_monitor",
     "ModelCheckpoint": "model_checkpoint",
     "ModelSummary": "model_summary",
+    "OnExceptionCheckpoint": "on_exception_checkpoint",
     "ProgressBar": "progress",
+    "SpikeDetection": "spike",
     "StochasticWeightAveraging": "stochastic_weight_avg",
     "TQDMProgressBar": "progress",
     "Timer": "timer",
+    "TrainingSpikeException": "spike",
 }
 
 
@@ -52,17 +61,22 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BasePredictionWriter",
     "BatchSizeFinder",
     "Callback",
     "Checkpoint",
     "EarlyStopping",
     "GradientAccumulationScheduler",
+    "LambdaCallback",
     "LearningRateFinder",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",
+    "OnExceptionCheckpoint",
     "ProgressBar",
+    "SpikeDetection",
     "StochasticWeightAveraging",
     "TQDMProgressBar",
     "Timer",
+    "TrainingSpikeException",
 ]

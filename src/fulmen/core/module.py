@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
@@ -14,6 +15,7 @@ from fulmen.core.hooks import CheckpointHooks, DataHooks, ModelHooks
 from fulmen.core.mixins import DeviceDtypeModuleMixin, HyperparametersMixin
 from fulmen.core.optimizer import LightningOptimizer, unwrap_optimizer
 from fulmen.core.saving import load_from_checkpoint, restricted_classmethod
+from fulmen.utilities.apply_func import apply_to_collection
 from fulmen.utilities.clipping import check_clip_algorithm, check_clip_val
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
@@ -21,6 +23,10 @@ from fulmen.utilities.rank_zero import rank_zero_warn
 if TYPE_CHECKING:
     from fulmen.loggers.logger import Logger
     from fulmen.trainer.trainer import Trainer
+
+
+_SCRIPTING = False  # torch.jit is reading every attribute of the module (see to_torchscript)
+
 
 class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, DataHooks, CheckpointHooks):
     """Organise a PyTorch model's training code: steps, optimizers and hooks.
@@ -31,6 +37,14 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
 
     # load_state_dict(strict=...) when restoring checkpoints; set False for partial weights
     strict_loading: bool = True
+
+    # properties torch.jit.script must not compile (they reach the trainer, hparams ...); scripting also
+    # reads every attribute once, hence `trainer` not raising while _SCRIPTING
+    __jit_unused_properties__: list[str] = [
+        "example_input_array", "on_gpu", "current_epoch", "global_step", "global_rank", "local_rank", "logger",
+        "loggers", "automatic_optimization", "trainer", "device", "dtype", "hparams", "hparams_initial",
+        "log_hyperparams_enabled",
+    ]  # fmt: skip
 
     @restricted_classmethod
     def load_from_checkpoint(
@@ -64,9 +78,9 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     # -- trainer-facing properties --------------------------------------------------------------------
     @property
     def trainer(self) -> Trainer:
-        if self._trainer is None:
+        if self._trainer is None and not _SCRIPTING:
             raise RuntimeError(f"{type(self).__name__} is not attached to a `Trainer`.")
-        return self._trainer
+        return self._trainer  # type: ignore[return-value]  # None only while torch.jit reads attributes
 
     @trainer.setter
     def trainer(self, trainer: Trainer | None) -> None:
@@ -237,11 +251,15 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         trainer = self.trainer
         if gradient_clip_val is None:
             gradient_clip_val = trainer.gradient_clip_val or 0.0
-        gradient_clip_algorithm = check_clip_algorithm(gradient_clip_algorithm or trainer.gradient_clip_algorithm or "norm")
+        gradient_clip_algorithm = check_clip_algorithm(
+            gradient_clip_algorithm or trainer.gradient_clip_algorithm or "norm"
+        )
         check_clip_val(gradient_clip_val)
         if gradient_clip_val == 0:
             return
-        trainer.precision_plugin.clip_gradients(unwrap_optimizer(optimizer), gradient_clip_val, gradient_clip_algorithm)
+        trainer.precision_plugin.clip_gradients(
+            unwrap_optimizer(optimizer), gradient_clip_val, gradient_clip_algorithm
+        )
 
     def configure_gradient_clipping(
         self,
@@ -385,6 +403,80 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
             bar.print(*args, **kwargs)
         else:
             print(*args, **kwargs)
+
+    # -- collectives and export ----------------------------------------------------------------------------
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Gather ``data`` (a tensor, number, or a dict / list / tuple of them) from every process: each
+        tensor gains a leading dimension of size world_size. On one process the values come back unchanged
+        (numbers as tensors). ``sync_grads``: gradients flow back through the gather."""
+        if self._trainer is None:
+            raise RuntimeError(
+                f"{type(self).__qualname__}.all_gather() needs a Trainer to know the processes: call it during "
+                "fit / validate / test / predict, or use torch.distributed.all_gather directly."
+            )
+        strategy = self._trainer.strategy
+        device = self.device
+
+        def to_tensor(value: Any) -> Any:
+            return torch.tensor(value, device=device) if isinstance(value, (int, float, bool)) else value
+
+        data = apply_to_collection(data, (int, float, bool), to_tensor)
+        return apply_to_collection(
+            data, Tensor, lambda t: strategy.all_gather(t, group=group, sync_grads=sync_grads)
+        )
+
+    def _export_input(self, given: Any, method: str) -> Any:
+        sample = given if given is not None else self.example_input_array
+        if sample is None:
+            raise ValueError(
+                f"{method} needs an example input: pass it ({'input_sample' if method == 'to_onnx' else 'example_inputs'}=...) "
+                "or set `self.example_input_array` in your module's __init__."
+            )
+        return apply_to_collection(sample, Tensor, lambda t: t.to(self.device))
+
+    @torch.no_grad()
+    def to_onnx(self, file_path: str | Path | Any = None, input_sample: Any = None, **kwargs: Any) -> Any:
+        """Export to ONNX with ``torch.onnx.export`` (in eval mode, restored after). ``input_sample``
+        defaults to ``example_input_array``; ``kwargs`` go to ``torch.onnx.export`` (``dynamo=``,
+        ``dynamic_shapes=``, ``input_names=`` ...). Returns what the exporter returns (an ``ONNXProgram``
+        from torch's dynamo exporter, the default in recent torch)."""
+        sample = self._export_input(input_sample, "to_onnx")
+        args = sample if isinstance(sample, tuple) else (sample,)
+        was_training = self.training
+        self.eval()
+        try:
+            return torch.onnx.export(self, args, file_path, **kwargs)
+        finally:
+            self.train(was_training)
+
+    @torch.no_grad()
+    def to_torchscript(
+        self, file_path: str | Path | None = None, method: str | None = "script", example_inputs: Any = None,
+        **kwargs: Any,
+    ) -> Any:  # fmt: skip
+        """A TorchScript module from ``torch.jit.script`` (``method="script"``) or ``torch.jit.trace``
+        (``"trace"``, with ``example_inputs`` or ``example_input_array``), made in eval mode; saved with
+        ``torch.jit.save`` when ``file_path`` is given."""
+        if method not in ("script", "trace"):
+            raise ValueError(
+                f"to_torchscript(method={method!r}): choose 'script' (compile the code) or 'trace' (record one "
+                "run on example inputs)."
+            )
+        sample = self._export_input(example_inputs, "to_torchscript") if method == "trace" else None
+        global _SCRIPTING
+        was_training, _SCRIPTING = self.training, True
+        self.eval()
+        try:
+            if method == "script":
+                scripted = torch.jit.script(self, **kwargs)
+            else:
+                scripted = torch.jit.trace(self, example_inputs=sample, **kwargs)
+        finally:
+            self.train(was_training)
+            _SCRIPTING = False
+        if file_path is not None:
+            torch.jit.save(scripted, file_path)
+        return scripted
 
     def freeze(self) -> None:
         for param in self.parameters():

@@ -9,6 +9,7 @@ import torch
 
 from fulmen.loops.fetcher import PrefetchIterator
 from fulmen.runtime.results import ResultCollection
+from fulmen.utilities.data import record_batch_indices
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
@@ -79,14 +80,48 @@ class EvaluationLoop:
 
 
 class PredictionLoop:
+    """Runs ``predict_step`` over every predict dataloader once.
+
+    ``predictions`` and ``epoch_batch_indices`` (a list per dataloader) are kept when ``predict`` returns
+    them or when a callback asked for them with ``request_outputs`` (a prediction writer that writes at the
+    epoch end); ``current_batch_indices`` holds the sample indices of the batch being predicted when batch
+    indices were asked for. Nothing is kept or tracked otherwise, so a plain predict pays nothing for it."""
+
     def __init__(self, context: RunContext) -> None:
         self.context = context
+        self.return_predictions = True
+        self._predictions: list[list[Any]] = []
+        self.epoch_batch_indices: list[list[list[int]]] = []
+        self.current_batch_indices: list[int] = []
+        self._wants_predictions = False
+        self._wants_indices = False
+
+    @property
+    def predictions(self) -> list[Any]:
+        """The kept predictions: a list per dataloader, or one list when there is one dataloader."""
+        return self._predictions[0] if len(self._predictions) == 1 else self._predictions
+
+    def request_outputs(self, predictions: bool = False, batch_indices: bool = False) -> None:
+        """Keep the predictions and/or track the batch indices during the next run (callbacks call this in
+        ``setup``; the request ends with the run)."""
+        self._wants_predictions |= predictions
+        self._wants_indices |= batch_indices
 
     def run(self, dataloaders: list[Any], num_batches: list[int | float], return_predictions: bool) -> Any:
+        try:
+            return self._run(dataloaders, num_batches, return_predictions)
+        finally:
+            self._wants_predictions = self._wants_indices = False
+
+    def _run(self, dataloaders: list[Any], num_batches: list[int | float], return_predictions: bool) -> Any:
         context = self.context
         hooks, strategy = context.hooks, context.strategy
         multiple = len(dataloaders) > 1
-        all_predictions: list[list[Any]] = [[] for _ in dataloaders]
+        self.return_predictions = return_predictions
+        keep = return_predictions or self._wants_predictions
+        self._predictions = [[] for _ in dataloaders]
+        self.epoch_batch_indices = [[] for _ in dataloaders]
+        self.current_batch_indices = []
         if not dataloaders or sum(num_batches) == 0:
             return None
         with no_grad_context(context.config.inference_mode):
@@ -97,13 +132,19 @@ class PredictionLoop:
             hooks.call_module("on_predict_epoch_start")
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
                 extra = (dl_idx,) if multiple else ()
+                recorder = None
+                if self._wants_indices:
+                    loader, recorder = record_batch_indices(loader)
                 for batch_idx, (batch, _) in enumerate(PrefetchIterator(loader, limit)):
+                    if recorder is not None:
+                        self.current_batch_indices = recorder.pop()
+                        self.epoch_batch_indices[dl_idx].append(self.current_batch_indices)
                     batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
                     hooks.call_callbacks("on_predict_batch_start", batch, batch_idx, *extra)
                     hooks.call_module("on_predict_batch_start", batch, batch_idx, *extra)
                     output = strategy.predict_step(batch, batch_idx, *extra)
-                    if return_predictions:
-                        all_predictions[dl_idx].append(output)
+                    if keep:
+                        self._predictions[dl_idx].append(output)
                     hooks.call_callbacks("on_predict_batch_end", output, batch, batch_idx, *extra)
                     hooks.call_module("on_predict_batch_end", output, batch, batch_idx, *extra)
             hooks.call_callbacks("on_predict_epoch_end")
@@ -112,7 +153,7 @@ class PredictionLoop:
             hooks.call_module("on_predict_end")
         if not return_predictions:
             return None
-        return all_predictions if multiple else all_predictions[0]
+        return self.predictions
 
 
 __all__ = ["EvaluationLoop", "PredictionLoop"]

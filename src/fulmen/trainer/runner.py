@@ -63,8 +63,8 @@ class StageRunner:
         context.callbacks = attach_model_callbacks(context.callbacks, hooks.call_module("configure_callbacks"))
         hooks.reset()
         self._check_model(model, fn)
-        if ckpt_path is None and fn == TrainerFn.FITTING and slurm_requeued():
-            ckpt_path = "last"  # a requeued SLURM job continues where the previous allocation stopped
+        if ckpt_path is None and fn == TrainerFn.FITTING:
+            ckpt_path = _automatic_resume(context.callbacks)
         context.checkpoint_request = CheckpointRequest(ckpt_path, weights_only is not False)
         if fn == TrainerFn.FITTING:
             self.signals.install()
@@ -242,6 +242,20 @@ class StageRunner:
         context.strategy.teardown()
         context.results = None
         self.signals.restore()
+
+
+def _automatic_resume(callbacks: list[Any]) -> str | None:
+    """Where a fit given no ``ckpt_path`` picks up: a requeued SLURM job from its last checkpoint, a run an
+    exception ended from the file its ``OnExceptionCheckpoint`` left."""
+    from fulmen.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
+
+    if slurm_requeued():
+        return "last"
+    for callback in callbacks:
+        if isinstance(callback, OnExceptionCheckpoint) and (path := callback.resume_path()) is not None:
+            rank_zero_info(f"Resuming from {path!r}, which OnExceptionCheckpoint saved when the last run failed.")
+            return path
+    return None
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -81,6 +82,46 @@ def parse_num_batches(stage: str, length: int | float, limit: int | float) -> in
             f"{length} * {limit} < 1 batch. Use limit_{stage}_batches >= {min_fraction:.4g}, or an int."
         )
     return n
+
+
+class BatchIndexRecorder:
+    """A batch sampler that passes its batches through and notes their sample indices, in order.
+
+    The DataLoader (its workers included) draws index lists from it ahead of use; batches come back in the
+    same order, so the oldest noted list belongs to the next batch the loop takes: ``pop()`` per batch."""
+
+    def __init__(self, batch_sampler: Iterable[list[int]]) -> None:
+        self.batch_sampler = batch_sampler
+        self._pending: deque[list[int]] = deque()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self._pending.clear()
+        for indices in self.batch_sampler:
+            self._pending.append([int(i) for i in indices])
+            yield indices
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)  # type: ignore[arg-type]
+
+    def pop(self) -> list[int]:
+        return self._pending.popleft() if self._pending else []
+
+
+def record_batch_indices(loader: Any) -> tuple[Any, BatchIndexRecorder | None]:
+    """``loader`` rebuilt to note each batch's sample indices; unchanged (and None) when it has no batch
+    sampler to watch (an iterable dataset, a custom loader)."""
+    if type(loader) is not DataLoader or loader.batch_sampler is None or is_iterable_dataset(loader):
+        return loader, None
+    recorder = BatchIndexRecorder(loader.batch_sampler)
+    workers = loader.num_workers
+    rebuilt = DataLoader(
+        loader.dataset, batch_sampler=recorder, num_workers=workers, collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory, timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor if workers > 0 else None,
+        persistent_workers=loader.persistent_workers if workers > 0 else False,
+    )  # fmt: skip
+    return rebuilt, recorder
 
 
 # -- data sets that fit in memory ------------------------------------------------------------------------

@@ -1,0 +1,74 @@
+"""``BasePredictionWriter``: write predictions as they are made, or all at once at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from fulmen.callbacks.callback import Callback
+from fulmen.utilities.exceptions import MisconfigurationException
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer import Trainer
+
+_INTERVALS = ("batch", "epoch", "batch_and_epoch")
+
+
+class BasePredictionWriter(Callback):
+    """Subclass and implement ``write_on_batch_end`` and/or ``write_on_epoch_end``.
+
+    ``batch_indices`` are the dataset indices of the samples in a batch, read from the dataloader's batch
+    sampler (under several processes each rank sees its own share, so rank r can write ``predictions_r``
+    and the files together cover the dataset). A loader without a batch sampler (an iterable dataset) gives
+    empty lists. With ``write_interval="epoch"`` the loop keeps every prediction until the epoch ends, even
+    with ``trainer.predict(..., return_predictions=False)``; with ``"batch"`` it keeps none of them.
+    """
+
+    def __init__(self, write_interval: Literal["batch", "epoch", "batch_and_epoch"] = "batch") -> None:
+        if write_interval not in _INTERVALS:
+            raise MisconfigurationException(
+                f"BasePredictionWriter(write_interval={write_interval!r}): choose one of {', '.join(_INTERVALS)}."
+            )
+        self.interval = write_interval
+
+    @property
+    def on_batch(self) -> bool:
+        return self.interval in ("batch", "batch_and_epoch")
+
+    @property
+    def on_epoch(self) -> bool:
+        return self.interval in ("epoch", "batch_and_epoch")
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage == "predict":
+            trainer.predict_loop.request_outputs(predictions=self.on_epoch, batch_indices=True)
+
+    def write_on_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, prediction: Any, batch_indices: Sequence[int] | None,
+        batch: Any, batch_idx: int, dataloader_idx: int,
+    ) -> None:  # fmt: skip
+        """Write one batch's prediction (``write_interval`` "batch" or "batch_and_epoch")."""
+        raise NotImplementedError(f"{type(self).__name__} writes per batch but does not implement write_on_batch_end.")
+
+    def write_on_epoch_end(
+        self, trainer: Trainer, pl_module: LightningModule, predictions: Sequence[Any], batch_indices: Sequence[Any]
+    ) -> None:
+        """Write every prediction of the run (``write_interval`` "epoch" or "batch_and_epoch")."""
+        raise NotImplementedError(f"{type(self).__name__} writes per epoch but does not implement write_on_epoch_end.")
+
+    def on_predict_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        if self.on_batch:
+            indices = trainer.predict_loop.current_batch_indices
+            self.write_on_batch_end(trainer, pl_module, outputs, indices, batch, batch_idx, dataloader_idx)
+
+    def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self.on_epoch:
+            return
+        # predictions as predict() returns them (one list for one dataloader); the indices always per
+        # dataloader, as Lightning passes them
+        loop = trainer.predict_loop
+        self.write_on_epoch_end(trainer, pl_module, loop.predictions, loop.epoch_batch_indices)
