@@ -24,6 +24,7 @@ _SUBMODULES = frozenset(
         "loops",
         "plugins",
         "precision",
+        "profilers",
         "runtime",
         "strategies",
         "trainer",

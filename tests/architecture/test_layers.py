@@ -145,6 +145,9 @@ _ABOVE = {
     "fulmen.callbacks": ("fulmen.trainer", "fulmen.loops"),
     "fulmen.tuner": ("fulmen.trainer", "fulmen.loops"),
     "fulmen.loggers": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime"),
+    # the trainer builds profilers from its flag; the dispatcher only calls their start / stop
+    "fulmen.profilers": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime", "fulmen.strategies", "fulmen.core",
+                         "fulmen.callbacks", "fulmen.loggers", "fulmen.tuner"),
 }  # fmt: skip
 
 

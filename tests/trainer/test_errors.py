@@ -167,8 +167,7 @@ def test_several_optimizers_under_automatic_optimization():
         Trainer(max_epochs=1, **QUIET).fit(M())
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [({"profiler": "simple"}, "no profiler"),
-                                               ({"model_registry": "org/model"}, "model registry")])  # fmt: skip
+@pytest.mark.parametrize(("kwargs", "match"), [({"model_registry": "org/model"}, "model registry")])
 def test_flags_fulmen_does_not_implement_say_so(kwargs, match):
     with pytest.warns(UserWarning, match=match):
         Trainer(logger=False, max_epochs=1, **kwargs)

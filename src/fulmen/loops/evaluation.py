@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fulmen.loops.fetcher import PrefetchIterator
+from fulmen.loops.fetcher import prefetch_iterator
 from fulmen.runtime.results import ResultCollection
 from fulmen.utilities.data import record_batch_indices
 
@@ -55,7 +55,8 @@ class EvaluationLoop:
             hooks.call_module(f"on_{stage}_epoch_start")
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
                 extra = (dl_idx,) if multiple else ()
-                for batch_idx, (batch, _) in enumerate(PrefetchIterator(loader, limit)):
+                batches = prefetch_iterator(hooks, f"[_EvaluationLoop].{'val' if stage == 'validation' else stage}_next", loader, limit)
+                for batch_idx, (batch, last) in enumerate(batches):
                     batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
                     self.results.set_batch(batch, dl_idx if multiple else None)
                     hooks.call_callbacks(f"on_{stage}_batch_start", batch, batch_idx, *extra)
@@ -64,6 +65,8 @@ class EvaluationLoop:
                     hooks.call_callbacks(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                     hooks.call_module(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                     metrics.on_eval_step_end(self.results)
+                    if last:
+                        break  # known to be the last: no further fetch just to meet the end
             self.results.dataloader_idx = None
             metrics.epoch_end = True
             self.results.reduce_epoch()  # sync_dist values reduced here, where every rank is
@@ -135,7 +138,8 @@ class PredictionLoop:
                 recorder = None
                 if self._wants_indices:
                     loader, recorder = record_batch_indices(loader)
-                for batch_idx, (batch, _) in enumerate(PrefetchIterator(loader, limit)):
+                batches = prefetch_iterator(hooks, "[_PredictionLoop].predict_next", loader, limit)
+                for batch_idx, (batch, last) in enumerate(batches):
                     if recorder is not None:
                         self.current_batch_indices = recorder.pop()
                         self.epoch_batch_indices[dl_idx].append(self.current_batch_indices)
@@ -147,6 +151,8 @@ class PredictionLoop:
                         self._predictions[dl_idx].append(output)
                     hooks.call_callbacks("on_predict_batch_end", output, batch, batch_idx, *extra)
                     hooks.call_module("on_predict_batch_end", output, batch, batch_idx, *extra)
+                    if last:
+                        break
             hooks.call_callbacks("on_predict_epoch_end")
             hooks.call_module("on_predict_epoch_end")
             hooks.call_callbacks("on_predict_end")

@@ -165,3 +165,25 @@ class PrefetchIterator:
             raise StopIteration
         self._next = self._fetch()
         return batch, self._next is _DONE
+
+
+class ProfiledPrefetchIterator(PrefetchIterator):
+    """A ``PrefetchIterator`` whose every ``next()`` is recorded as ``action`` (only made when a profiler
+    runs: the plain iterator's ``__next__`` stays free of any check)."""
+
+    def __init__(
+        self, iterable: Any, limit: int | float, *, profile: Callable[[str], Any], action: str, **kwargs: Any
+    ) -> None:
+        self._profile, self._action = profile, action
+        super().__init__(iterable, limit, **kwargs)
+
+    def __next__(self) -> tuple[Any, bool]:
+        with self._profile(self._action):
+            return super().__next__()
+
+
+def prefetch_iterator(hooks: Any, action: str, iterable: Any, limit: int | float, **kwargs: Any) -> PrefetchIterator:
+    """The loops' batches: recorded as ``action`` when the run has a profiler."""
+    if hooks.profiler is None:
+        return PrefetchIterator(iterable, limit, **kwargs)
+    return ProfiledPrefetchIterator(iterable, limit, profile=hooks.profile, action=action, **kwargs)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.loops import resume
 from fulmen.loops.evaluation import EvaluationLoop
-from fulmen.loops.fetcher import PrefetchIterator
+from fulmen.loops.fetcher import PrefetchIterator, prefetch_iterator
 from fulmen.loops.training_epoch import TrainingEpochLoop, can_stop_early, max_steps_reached
 from fulmen.runtime.results import ResultCollection
 from fulmen.runtime.rng import capture_generator_states, capture_rng, restore_generator_states, restore_rng
@@ -168,7 +168,8 @@ class FitLoop:
                 resume.finish_interrupted_epoch(self, pending)
             while (reason := self.stop_reason()) is None:
                 self.on_advance_start()
-                self.epoch_loop.run(self.make_iterator())
+                with self.context.hooks.profile("run_training_epoch"):
+                    self.epoch_loop.run(self.make_iterator())
                 self.on_advance_end()
             rank_zero_info(f"`Trainer.fit` stopped: {reason}.")
             self.on_run_end()
@@ -185,9 +186,10 @@ class FitLoop:
             restore_rng(epoch_rng["rng"])
             restore_generator_states(loader, epoch_rng["generators"])
         self.epoch_start_rng = epoch_rng
-        return PrefetchIterator(
-            loader, self.max_batches, skip=skip, quiet_base_seed=self._quiet_base_seed(skip)
-        )
+        return prefetch_iterator(
+            self.context.hooks, "[_TrainingEpochLoop].train_dataloader_next", loader, self.max_batches, skip=skip,
+            quiet_base_seed=self._quiet_base_seed(skip),
+        )  # fmt: skip
 
     def _quiet_base_seed(self, skip: int) -> bool:
         """Whether this epoch's iterator must leave the global RNG alone: a persistent-workers loader starts
@@ -232,7 +234,8 @@ class FitLoop:
         loaders, counts = context.data.fit_val_dataloaders()
         context.batches.val = counts
         context.state.stage = RunningStage.VALIDATING
-        self.validate_loop.run(loaders, counts, in_fit=True)
+        with context.hooks.profile("run_validation"):
+            self.validate_loop.run(loaders, counts, in_fit=True)
         context.state.stage = RunningStage.TRAINING
         context.results = self.results
         context.metrics.epoch_end = False  # reads during training see step values again

@@ -125,6 +125,7 @@ class TrainingEpochLoop:
                 return
         if batches.done:
             return
+        advance = self.context.hooks.profiled("run_training_batch", self.advance)  # advance itself unprofiled
         while True:
             progress.phase = _BETWEEN
             stop.agreed = False  # a should_stop set from here on waits for the next agreement
@@ -133,7 +134,7 @@ class TrainingEpochLoop:
             except StopIteration:
                 self._is_last_batch = True
                 break
-            if self.advance(batch) == -1:
+            if advance(batch) == -1:
                 progress.batch_idx += 1
                 break
             self.on_advance_end()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fulmen.runtime.data import DataSource
-from fulmen.runtime.hooks import HookDispatcher
+from fulmen.runtime.hooks import HookDispatcher, ProfilingHookDispatcher
 from fulmen.runtime.metrics import MetricsHub
 from fulmen.runtime.state import FitProgress, TrainerState
 
@@ -97,7 +97,9 @@ class RunContext:
         # batches per optimizer step now; a GradientAccumulationScheduler changes it during fit
         self.accumulate_grad_batches: int = config.accumulate_grad_batches
         self.results: ResultCollection | None = None  # where self.log writes at this moment
-        self.hooks = HookDispatcher(self)
+        # the profiler that records this trainer's runs (None: nothing is recorded, nothing is paid)
+        self.profiler: Any = config.active_profiler
+        self.hooks = HookDispatcher(self) if self.profiler is None else ProfilingHookDispatcher(self, self.profiler)
         self.metrics = MetricsHub(self)
         self.data = DataSource(self)
 

@@ -2,14 +2,17 @@
 
 Calling through one place is what gives hooks a single, testable order and sets ``_current_fx_name`` (which
 ``self.log`` reads). Hooks whose implementation is the base class's no-op are skipped, computed once per
-run, so that unused hooks cost nothing in the hot loop.
+run, so that unused hooks cost nothing in the hot loop. With a profiler, ``ProfilingHookDispatcher`` records
+each hook (and the loop stages the loops hand it through ``profiled`` / ``profile``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import torch
 
@@ -21,6 +24,8 @@ from fulmen.utilities.model_helpers import is_overridden
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
+
+_T = TypeVar("_T")
 
 # Module hooks whose base implementation does nothing: skipping them changes nothing.
 _NOOP_MODULE_HOOKS = frozenset(
@@ -93,6 +98,17 @@ class HookDispatcher:
         self._default_cache: dict[tuple[str, ...], bool] = {}
         # bumped by reset(): whoever caches answers of this dispatcher (the strategy's step plan) re-asks
         self.generation = 0
+
+    # -- profiling (ProfilingHookDispatcher records; this one runs everything as is, at no cost) ---------
+    profiler: Any = None
+
+    def profiled(self, action: str, fn: Callable[..., _T]) -> Callable[..., _T]:
+        """``fn``, recorded as ``action`` when a profiler runs: loops wrap their stages once per epoch."""
+        return fn
+
+    def profile(self, action: str) -> contextlib.AbstractContextManager[Any]:
+        """A block recorded as ``action`` when a profiler runs (for per-epoch / per-run stages only)."""
+        return contextlib.nullcontext()
 
     def reset(self) -> None:
         """Forget which hooks are overridden: call when callbacks or the module change (each run)."""
@@ -183,9 +199,12 @@ class HookDispatcher:
                 callbacks = [cb for cb in callbacks if _is_monitoring(cb) == monitoring]
             # the default is the Callback base class (found by is_overridden): the runtime layer does not
             # import the callbacks package, which sits above it
-            fns = [getattr(cb, name) for cb in callbacks if is_overridden(name, cb)]
+            fns = [self._callback_fn(cb, name) for cb in callbacks if is_overridden(name, cb)]
             self._callback_cache[key] = fns
         return fns
+
+    def _callback_fn(self, callback: Any, name: str) -> Callable[..., Any]:
+        return getattr(callback, name)  # type: ignore[no-any-return]
 
     def call_callbacks(self, name: str, *args: Any, monitoring: bool | None = None, **kwargs: Any) -> None:
         fns = self._callback_fns(name, monitoring)
@@ -277,6 +296,65 @@ class HookDispatcher:
             _TRANSFER_HOOKS, lambda name: self.module_overrides(name) or self.datamodule_overrides(name)
         )
 
+
+class ProfilingHookDispatcher(HookDispatcher):
+    """The dispatcher of a run with a profiler: every hook it calls is recorded under Lightning's action
+    names (``[Callback]<state_key>.<hook>``, ``[LightningModule]<Class>.<hook>``,
+    ``[LightningDataModule]<Class>.<hook>``, and ``[Strategy]<Class>.<step>`` for the steps, backward and
+    the batch transfer). No hook counts as a default here, so the loops dispatch every hook instead of
+    running the defaults inline, and each one is timed, once. The plain dispatcher pays nothing for this:
+    the wrapping is decided when the hook is first looked up in a run, not at every call."""
+
+    def __init__(self, context: RunContext, profiler: Any) -> None:
+        super().__init__(context)
+        self.profiler = profiler
+
+    def profiled(self, action: str, fn: Callable[..., _T]) -> Callable[..., _T]:
+        profiler = self.profiler
+
+        @functools.wraps(fn)
+        def recorded(*args: Any, **kwargs: Any) -> _T:
+            with profiler.profile(action):
+                return fn(*args, **kwargs)
+
+        return recorded
+
+    def profile(self, action: str) -> contextlib.AbstractContextManager[Any]:
+        return self.profiler.profile(action)  # type: ignore[no-any-return]
+
+    def _cached_default(self, names: tuple[str, ...], overridden: Callable[[str], bool]) -> bool:
+        return False  # every hook dispatched, so every hook is recorded
+
+    def _callback_fn(self, callback: Any, name: str) -> Callable[..., Any]:
+        key = getattr(callback, "state_key", type(callback).__qualname__)
+        return self.profiled(f"[Callback]{key}.{name}", getattr(callback, name))
+
+    def _module_fn(self, name: str) -> Callable[..., Any] | None:
+        if name in self._module_cache:
+            return self._module_cache[name]
+        fn = super()._module_fn(name)
+        if fn is not None:
+            if name in _STRATEGY_ACTIONS:
+                action = f"[Strategy]{type(self.context.strategy).__name__}.{name}"
+            else:
+                action = f"[LightningModule]{type(self.context.module).__name__}.{name}"
+            fn = self._module_cache[name] = self.profiled(action, fn)
+        return fn
+
+    def call_datamodule(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        datamodule = self.context.datamodule
+        if datamodule is None:
+            return None
+        with self.profiler.profile(f"[LightningDataModule]{type(datamodule).__name__}.{name}"):
+            return super().call_datamodule(name, *args, **kwargs)
+
+    def transfer_batch(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        with self.profiler.profile(f"[Strategy]{type(self.context.strategy).__name__}.batch_to_device"):
+            return super().transfer_batch(batch, device, dataloader_idx)
+
+
+# the module's hooks the strategy runs as its own steps: recorded under the strategy's name, as Lightning does
+_STRATEGY_ACTIONS = frozenset({"training_step", "validation_step", "test_step", "predict_step", "backward"})
 
 _UNKNOWN: Any = object()  # not looked up yet (None means: no such hook, or a default no-op)
 

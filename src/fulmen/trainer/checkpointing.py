@@ -101,13 +101,14 @@ def _store_hparams(checkpoint: dict[str, Any], obj: Any, prefix: str) -> None:
 
 def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
     path = cloud_io.local(filepath)
-    checkpoint = dump_checkpoint(trainer, weights_only=weights_only or path.endswith(".safetensors"))
-    if not trainer.is_global_zero:
-        return
-    if path.endswith(".safetensors"):
-        checkpoint_io.save_safetensors(checkpoint, path)
-    else:
-        checkpoint_io.save(checkpoint, path)
+    with trainer.run_context.hooks.profile("save_checkpoint"):
+        checkpoint = dump_checkpoint(trainer, weights_only=weights_only or path.endswith(".safetensors"))
+        if not trainer.is_global_zero:
+            return
+        if path.endswith(".safetensors"):
+            checkpoint_io.save_safetensors(checkpoint, path)
+        else:
+            checkpoint_io.save(checkpoint, path)
 
 
 # -- restoring ----------------------------------------------------------------------------------------------

@@ -117,7 +117,8 @@ class TrainerConfig:
     barebones: bool
     """Everything that costs time off (refused together with flags that turn it on)."""
     profiler: Any
-    """Accepted for compatibility; fulmen says it does not profile."""
+    """The ``Profiler`` (``trainer.profiler``): the one passed, one built from "simple" / "advanced" /
+    "pytorch", or a ``PassThroughProfiler`` for None."""
     model_registry: str | None
     """Accepted for compatibility; fulmen uploads nothing."""
     # -- 1.x ----------------------------------------------------------------------------------------------
@@ -129,6 +130,13 @@ class TrainerConfig:
     """Add StochasticWeightAveraging() with its defaults."""
     arguments: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """The arguments as given to ``Trainer(...)``: the tuner builds its trial trainers from them."""
+
+    @property
+    def active_profiler(self) -> Any:
+        """The profiler that records the runs; None when it records nothing (no hook is wrapped then)."""
+        from fulmen.profilers import PassThroughProfiler
+
+        return None if isinstance(self.profiler, PassThroughProfiler) else self.profiler
 
 
 _T = TypeVar("_T")
@@ -199,11 +207,6 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
             f"auto_lr_find={a['auto_lr_find']!r} must be True, False, or the name of the module attribute that "
             "holds the learning rate; trainer.tune(model) then runs the learning-rate finder."
         )
-    if a["profiler"] is not None:  # said plainly rather than accepted and ignored
-        rank_zero_warn(
-            f"Trainer(profiler={a['profiler']!r}): fulmen has no profiler of its own; the run is not profiled. "
-            "Wrap trainer.fit() in torch.profiler.profile(...) to profile it."
-        )
     if a["model_registry"] is not None:
         rank_zero_warn(
             f"Trainer(model_registry={a['model_registry']!r}): fulmen uploads nothing to a model registry; the "
@@ -224,7 +227,7 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
         enable_checkpointing=checkpointing is not False, enable_progress_bar=progress_bar is not False,
         enable_model_summary=summary is not False,
         default_root_dir=cloud_io.local(root) if root is not None else None,
-        enable_autolog_hparams=a["enable_autolog_hparams"], barebones=a["barebones"], profiler=a["profiler"],
+        enable_autolog_hparams=a["enable_autolog_hparams"], barebones=a["barebones"], profiler=_profiler(a["profiler"]),
         model_registry=a["model_registry"], auto_scale_batch_size="power" if scale is True else scale or None,
         auto_lr_find=a["auto_lr_find"], stochastic_weight_avg=a["stochastic_weight_avg"], arguments=dict(a),
         **loop,
@@ -343,6 +346,30 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
         "reload_dataloaders_every_n_epochs": reload_every, "fast_dev_run": fast_dev_run if fast else False,
         **limits,
     }  # fmt: skip
+
+
+_PROFILERS = {"simple": "SimpleProfiler", "advanced": "AdvancedProfiler", "pytorch": "PyTorchProfiler"}
+
+
+def _profiler(value: Any) -> Any:
+    from fulmen import profilers
+
+    if value is None:
+        return profilers.PassThroughProfiler()
+    if isinstance(value, str):
+        name = _PROFILERS.get(value.lower())
+        if name is None:
+            raise MisconfigurationException(
+                f"Trainer(profiler={value!r}): as a string it must be one of {sorted(_PROFILERS)}; or pass a "
+                "Profiler object (fulmen.profilers.SimpleProfiler(dirpath=..., filename=...), ...)."
+            )
+        return getattr(profilers, name)()
+    if not isinstance(value, profilers.Profiler):
+        raise MisconfigurationException(
+            f"Trainer(profiler={value!r}): expected None, one of {sorted(_PROFILERS)}, or a "
+            f"fulmen.profilers.Profiler; got a {type(value).__name__}."
+        )
+    return value
 
 
 # -- the others --------------------------------------------------------------------------------------------

@@ -59,10 +59,20 @@ class StageRunner:
         context.module = model
         model.trainer = trainer
         strategy.connect(model)
+        profiler = context.profiler
+        if profiler is not None:
+            profiler.setup(stage=fn.value, local_rank=strategy.local_rank if strategy.world_size > 1 else None,
+                           log_dir=trainer.log_dir)  # fmt: skip
+            profiler.attach_module(model)
         hooks.reset()
-        context.callbacks = attach_model_callbacks(context.callbacks, hooks.call_module("configure_callbacks"))
-        hooks.reset()
-        self._check_model(model, fn)
+        try:
+            context.callbacks = attach_model_callbacks(context.callbacks, hooks.call_module("configure_callbacks"))
+            hooks.reset()
+            self._check_model(model, fn)
+        except BaseException:
+            if profiler is not None:
+                profiler.teardown(fn.value)  # no run: no report, and torch's profiler must not stay on
+            raise
         if ckpt_path is None and fn == TrainerFn.FITTING:
             ckpt_path = _automatic_resume(context.callbacks)
         context.checkpoint_request = CheckpointRequest(ckpt_path, weights_only is not False)
@@ -242,6 +252,8 @@ class StageRunner:
         context.strategy.teardown()
         context.results = None
         self.signals.restore()
+        if context.profiler is not None:
+            context.profiler.describe()  # the report: a file per stage (and rank), or printed on rank zero
 
 
 def _automatic_resume(callbacks: list[Any]) -> str | None:

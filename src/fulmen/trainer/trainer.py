@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,6 +37,9 @@ from fulmen.trainer.runner import StageRunner
 from fulmen.trainer.signals import SignalConnector
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from fulmen.profilers import Profiler
 
 
 class Trainer:
@@ -283,6 +286,7 @@ class Trainer:
     enable_autolog_hparams: ConfigField[bool] = ConfigField()
     auto_scale_batch_size: ConfigField[str | None] = ConfigField()
     auto_lr_find: ConfigField[bool | str] = ConfigField()
+    profiler: ConfigField[Profiler] = ConfigField()  # a PassThroughProfiler for profiler=None
 
     @property
     def callback_metrics(self) -> dict[str, Any]:
