@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from fulmen.callbacks.batch_size_finder import BatchSizeFinder
     from fulmen.callbacks.callback import Callback
     from fulmen.callbacks.early_stopping import EarlyStopping
+    from fulmen.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
     from fulmen.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
     from fulmen.callbacks.lambda_function import LambdaCallback
     from fulmen.callbacks.lr_finder import LearningRateFinder
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from fulmen.callbacks.timer import Timer
 
 _WHERE = {
+    "BackboneFinetuning": "finetuning",
+    "BaseFinetuning": "finetuning",
     "BasePredictionWriter": "prediction_writer",
     "BatchSizeFinder": "batch_size_finder",
     "Callback": "callback",
@@ -61,6 +64,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
     "BasePredictionWriter",
     "BatchSizeFinder",
     "Callback",

@@ -34,6 +34,7 @@ A run resumed from a checkpoint first finishes the epoch it was written in (see 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fulmen.loops import resume
@@ -137,13 +138,16 @@ class FitLoop:
         return max(1, int(self.max_batches * vci))
 
     # -- run -------------------------------------------------------------------------------------------
-    def run(self) -> None:
-        """``fit`` from ``on_fit_start`` to ``on_fit_end``."""
+    def run(self, after_fit_start: Callable[[], None] | None = None) -> None:
+        """``fit`` from ``on_fit_start`` to ``on_fit_end``; ``after_fit_start``: the trainer restores a
+        checkpoint's training state there (optimizers and this loop's position)."""
         context = self.context
         hooks, state = context.hooks, context.state
         state.stage = RunningStage.TRAINING
         hooks.call_callbacks("on_fit_start")
         hooks.call_module("on_fit_start")
+        if after_fit_start is not None:
+            after_fit_start()
         self.run_sanity_check()
         state.stage = RunningStage.TRAINING
         self.train()

@@ -37,6 +37,7 @@ class StageRunner:
         self.trainer = trainer
         self.context = context
         self.signals = signals
+        self._training_state: dict[str, Any] | None = None  # a checkpoint's, restored after on_fit_start
 
     def run(
         self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None = None,
@@ -82,7 +83,7 @@ class StageRunner:
             self._setup(model, fn)
             result: Any = None
             if fn == TrainerFn.FITTING:
-                trainer.fit_loop.run()
+                trainer.fit_loop.run(after_fit_start=self._restore_training_state)
             elif fn == TrainerFn.PREDICTING:
                 result = self._predict(return_predictions)
             else:
@@ -181,11 +182,18 @@ class StageRunner:
         if fn == TrainerFn.FITTING:
             strategy.setup_optimizers(trainer)
             trainer.fit_loop.setup_optimization()  # a wrong training_step signature fails before any hook
-            loaded = context.checkpoint_request.loaded
-            if checkpoint is not None and loaded is not None:
-                checkpointing.restore_training_state(trainer, checkpoint, loaded)
+            self._training_state = checkpoint  # restored right after on_fit_start (see _restore_training_state)
         if context.loggers and config.enable_autolog_hparams and fn == TrainerFn.FITTING:
             self._log_hyperparams(model)
+
+    def _restore_training_state(self) -> None:
+        """Optimizers, schedulers and the loop position, after ``on_fit_start`` as in Lightning: a callback
+        sees the run before the resumed state (BaseFinetuning rebuilds the optimizer's parameter groups
+        there, so that the saved optimizer state fits them)."""
+        checkpoint, self._training_state = self._training_state, None
+        loaded = self.context.checkpoint_request.loaded
+        if checkpoint is not None and loaded is not None:
+            checkpointing.restore_training_state(self.trainer, checkpoint, loaded)
 
     def _load_requested_checkpoint(self, fn: TrainerFn) -> dict[str, Any] | None:
         """Load ``ckpt_path`` (weights, datamodule and callback states); training state follows later."""
