@@ -197,8 +197,32 @@ class LightningCLI:
         if self.subcommand == "fit":
             fn(self.model, **kwargs)
             self._report_fit()
+        elif self.subcommand == "predict":
+            self._predict(kwargs)
         else:
             fn(self.model, **kwargs)
+
+    def _predict(self, kwargs: dict[str, Any]) -> None:
+        """Predict through the prediction writers among the callbacks, and say where they wrote; with none,
+        say that nothing was kept and how to keep it (rather than compute and silently drop the results)."""
+        from fulmen.callbacks.prediction_writer import BasePredictionWriter
+
+        trainer = self.trainer
+        writers = [cb for cb in trainer.callbacks if isinstance(cb, BasePredictionWriter)]
+        predictions = trainer.predict(self.model, return_predictions=not writers, **kwargs)
+        if not trainer.is_global_zero:
+            return
+        for writer in writers:
+            where = getattr(writer, "output_dir", None)
+            written = getattr(writer, "written", None)
+            detail = f" ({len(written)} file{'s' if len(written) != 1 else ''})" if written is not None else ""
+            print(f"predictions: written by {type(writer).__name__}" + (f" to {where}{detail}" if where else ""))
+        if not writers:
+            count = sum(len(p) for p in predictions) if predictions and isinstance(predictions[0], list) else len(predictions or [])
+            print(
+                f"predictions: {count} batches computed and not saved. To write them, add a prediction writer: "
+                "--trainer.callbacks=fulmen.callbacks.PredictionFileWriter --trainer.callbacks.output_dir=DIR"
+            )
 
     def _tune(self) -> None:
         """1.x's ``tune`` subcommand: ``trainer.tune``; the learning-rate finder when nothing else is asked."""

@@ -82,3 +82,20 @@ def test_batch_interval_keeps_no_predictions_when_none_are_returned():
 def test_bad_interval_is_refused():
     with pytest.raises(MisconfigurationException, match="write_interval='step'"):
         BasePredictionWriter("step")  # type: ignore[arg-type]
+
+
+def test_prediction_file_writer_per_batch_to_an_fsspec_url():
+    import io
+
+    import fsspec
+
+    from fulmen.callbacks import PredictionFileWriter
+
+    fs = fsspec.filesystem("memory")
+    writer = PredictionFileWriter("memory://preds", write_interval="batch")
+    trainer = Trainer(callbacks=[writer], logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.predict(_model(BoringModel, _loaders_two), return_predictions=False)
+    assert sorted(writer.written) == [f"memory://preds/batch_{d}_{b}.pt" for d, b in ((0, 0), (0, 1), (1, 0), (1, 1))]
+    saved = torch.load(io.BytesIO(fs.cat("/preds/batch_1_1.pt")), weights_only=True)
+    assert saved["batch_indices"] == [2] and saved["prediction"].shape == (1, 2)
+    fs.rm("/preds", recursive=True)

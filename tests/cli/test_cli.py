@@ -94,3 +94,20 @@ def test_fulmen_tune_finds_batch_size_and_learning_rate_and_saves_the_plot(tmp_p
     lr = float(out.split("learning rate: ")[1].split()[0])
     assert size >= 512 and 1e-8 < lr < 1  # no memory limit on the CPU: it grew to the training set's size
     assert (tmp_path / "lr_find.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fulmen_predict_writes_through_a_prediction_writer_and_says_where(tmp_path, capsys):
+    out_dir = tmp_path / "preds"
+    common = ["--model", BORING, "--data", BORING_DATA, "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+              f"--trainer.default_root_dir={tmp_path}"]  # fmt: skip
+    main(["predict", *common, "--trainer.callbacks=fulmen.callbacks.PredictionFileWriter",
+          f"--trainer.callbacks.output_dir={out_dir}"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert f"predictions: written by PredictionFileWriter to {out_dir} (1 file)" in out
+    saved = torch.load(out_dir / "predictions.pt", weights_only=True)
+    indices = [i for batch in saved["batch_indices"] for i in batch]
+    assert sorted(indices) == list(range(64)) and len(saved["predictions"]) == len(saved["batch_indices"])
+    assert saved["predictions"][0].shape[-1] == 2
+
+    main(["predict", *common])  # no writer: it says nothing was kept, and how to keep it
+    assert "computed and not saved" in capsys.readouterr().out

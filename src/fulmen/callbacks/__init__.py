@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from fulmen.callbacks.model_checkpoint import Checkpoint, ModelCheckpoint
     from fulmen.callbacks.model_summary import ModelSummary
     from fulmen.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
-    from fulmen.callbacks.prediction_writer import BasePredictionWriter
+    from fulmen.callbacks.prediction_writer import BasePredictionWriter, PredictionFileWriter
     from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
     from fulmen.callbacks.spike import SpikeDetection, TrainingSpikeException
     from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
@@ -43,6 +43,7 @@ _WHERE = {
     "ModelCheckpoint": "model_checkpoint",
     "ModelSummary": "model_summary",
     "OnExceptionCheckpoint": "on_exception_checkpoint",
+    "PredictionFileWriter": "prediction_writer",
     "ProgressBar": "progress",
     "SpikeDetection": "spike",
     "StochasticWeightAveraging": "stochastic_weight_avg",
@@ -78,6 +79,7 @@ __all__ = [
     "ModelCheckpoint",
     "ModelSummary",
     "OnExceptionCheckpoint",
+    "PredictionFileWriter",
     "ProgressBar",
     "SpikeDetection",
     "StochasticWeightAveraging",

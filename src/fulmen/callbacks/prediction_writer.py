@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+import torch
+
 from fulmen.callbacks.callback import Callback
+from fulmen.utilities import checkpoint_io, cloud_io
+from fulmen.utilities.apply_func import apply_to_collection
 from fulmen.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
@@ -72,3 +77,54 @@ class BasePredictionWriter(Callback):
         # dataloader, as Lightning passes them
         loop = trainer.predict_loop
         self.write_on_epoch_end(trainer, pl_module, loop.predictions, loop.epoch_batch_indices)
+
+
+class PredictionFileWriter(BasePredictionWriter):
+    """A ready-made writer (fulmen's; Lightning has only the base class): ``torch.save`` files under
+    ``output_dir`` (a local path or any fsspec URL), each holding the predictions with the dataset indices
+    they belong to.
+
+    - ``"epoch"``: ``predictions.pt`` = ``{"predictions": [...], "batch_indices": [...]}`` (lists per
+      dataloader when there are several).
+    - ``"batch"``: ``batch_<dataloader>_<batch>.pt`` = ``{"prediction": ..., "batch_indices": [...]}``.
+
+    Under several processes every file name gets ``-rank<r>``: each rank writes its own share.
+    ``fulmen predict --trainer.callbacks=fulmen.callbacks.PredictionFileWriter
+    --trainer.callbacks.output_dir=preds`` writes there and says so."""
+
+    def __init__(
+        self, output_dir: str | os.PathLike[str], write_interval: Literal["batch", "epoch", "batch_and_epoch"] = "epoch"
+    ) -> None:
+        super().__init__(write_interval)
+        cloud_io.check_reachable(output_dir, "PredictionFileWriter(output_dir)")
+        self.output_dir = cloud_io.local(output_dir)
+        self.written: list[str] = []
+
+    def _path(self, trainer: Trainer, name: str) -> str:
+        suffix = f"-rank{trainer.global_rank}" if trainer.world_size > 1 else ""
+        return cloud_io.join(self.output_dir, f"{name}{suffix}.pt")
+
+    def _save(self, obj: Any, path: str) -> None:
+        checkpoint_io.atomic_write(path, lambda f: torch.save(obj, f))
+        self.written.append(path)
+
+    def write_on_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, prediction: Any, batch_indices: Sequence[int] | None,
+        batch: Any, batch_idx: int, dataloader_idx: int,
+    ) -> None:  # fmt: skip
+        path = self._path(trainer, f"batch_{dataloader_idx}_{batch_idx}")
+        self._save({"prediction": _to_cpu(prediction), "batch_indices": list(batch_indices or [])}, path)
+
+    def write_on_epoch_end(
+        self, trainer: Trainer, pl_module: LightningModule, predictions: Sequence[Any], batch_indices: Sequence[Any]
+    ) -> None:
+        indices: Any = batch_indices[0] if len(batch_indices) == 1 else batch_indices  # as the predictions
+        self._save({"predictions": _to_cpu(predictions), "batch_indices": indices}, self._path(trainer, "predictions"))
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self.written = []
+
+
+def _to_cpu(value: Any) -> Any:
+    return apply_to_collection(value, torch.Tensor, lambda t: t.detach().cpu())
