@@ -116,12 +116,13 @@ def test_pytorch_profiler_trace_names_hooks_and_layers(tmp_path):
 
 def test_pytorch_profiler_tensorboard_traces_with_a_schedule(tmp_path):
     handler = torch.profiler.tensorboard_trace_handler(str(tmp_path / "tb"))
-    profiler = PyTorchProfiler(on_trace_ready=handler, schedule=torch.profiler.schedule(wait=1, warmup=1, active=2))
+    profiler = PyTorchProfiler(on_trace_ready=handler, schedule=torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1))
     _fit(profiler, tmp_path, max_steps=6, limit_train_batches=6)
     files = list((tmp_path / "tb").glob("*.pt.trace.json"))
-    assert files, "TensorBoard's profile plugin reads these"
+    assert len(files) == 1, "one active window (repeat=1): one trace for TensorBoard's profile plugin"
     events = json.loads(files[0].read_text())["traceEvents"]
-    assert any(e.get("name") == "[Strategy]SingleDeviceStrategy.training_step" for e in events)
+    steps = [e for e in events if e.get("name") == "[Strategy]SingleDeviceStrategy.training_step"]
+    assert len(steps) == 2  # the two active steps of the schedule
 
 
 def test_pytorch_profiler_argument_errors():

@@ -434,7 +434,7 @@ class ModelCheckpoint(Checkpoint):
             return
         if real in {cloud_io.normalize(p) for p in (self.best_model_path, self.last_model_path) if p}:
             return
-        cloud_io.remove(path)
+        trainer.strategy.remove_checkpoint(path)  # through its CheckpointIO: after a pending async save
 
     # -- paths -----------------------------------------------------------------------------------------
     def _default_dirpath(self, trainer: Trainer) -> str:

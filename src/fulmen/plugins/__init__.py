@@ -1,5 +1,13 @@
-"""Trainer plugins. Pass a precision object to set the precision with options the flag cannot carry, e.g.
-``Trainer(plugins=[MixedPrecision("16-mixed", "cuda", scaler=torch.amp.GradScaler(init_scale=2.0**10))])``."""
+"""Trainer plugins: ``Trainer(plugins=[...])``.
 
-from fulmen.plugins.precision import *  # noqa: F403 - the package re-exports its one module
-from fulmen.plugins.precision import __all__ as __all__
+- a precision object, to set the precision with options the flag cannot carry, e.g.
+  ``MixedPrecision("16-mixed", "cuda", scaler=torch.amp.GradScaler(init_scale=2.0**10))``;
+- a ``CheckpointIO`` (``TorchCheckpointIO``, ``AsyncCheckpointIO``, or your own): how checkpoints are written,
+  read and removed.
+"""
+
+from fulmen.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+from fulmen.plugins.precision import *  # noqa: F403 - re-exported
+from fulmen.plugins.precision import __all__ as _precision_names
+
+__all__ = ["AsyncCheckpointIO", "CheckpointIO", "TorchCheckpointIO", *_precision_names]

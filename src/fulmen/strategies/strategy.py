@@ -22,6 +22,7 @@ from fulmen.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
+    from fulmen.plugins.io import CheckpointIO
     from fulmen.runtime.hooks import HookDispatcher
 
 
@@ -46,9 +47,11 @@ class Strategy:
         self,
         accelerator: Accelerator | None = None,
         precision_plugin: Precision | None = None,
+        checkpoint_io: CheckpointIO | None = None,
     ) -> None:
         self.accelerator = accelerator
         self.precision_plugin: Precision = precision_plugin or Precision()
+        self._checkpoint_io = checkpoint_io
         self._lightning_module: LightningModule | None = None
         self._model: torch.nn.Module | None = None
         self.optimizers: list[Optimizer] = []
@@ -174,6 +177,33 @@ class Strategy:
 
     def teardown(self) -> None:
         self._hooks = None
+        self.checkpoint_io.teardown()  # e.g. AsyncCheckpointIO: wait for the last saves, raise their errors
+
+    # -- checkpoint files ------------------------------------------------------------------------------
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        """How checkpoints are written, read and removed (``Trainer(plugins=[AsyncCheckpointIO()])``)."""
+        if self._checkpoint_io is None:
+            from fulmen.plugins.io import TorchCheckpointIO  # fulmen.plugins loads on first use only
+
+            self._checkpoint_io = TorchCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO) -> None:
+        self._checkpoint_io = io
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        """Write on global rank zero only (every rank holds the same weights under DDP)."""
+        if self.is_global_zero:
+            self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        return self.checkpoint_io.load_checkpoint(checkpoint_path, map_location="cpu", weights_only=weights_only)
+
+    def remove_checkpoint(self, filepath: Any) -> None:
+        if self.is_global_zero:
+            self.checkpoint_io.remove_checkpoint(filepath)
 
     def on_exception(self, exception: BaseException) -> None:
         """The run raised ``exception`` (not an interrupt); called before the callbacks hear of it."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.loops import resume
-from fulmen.utilities import checkpoint_io, cloud_io
+from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
@@ -99,16 +99,13 @@ def _store_hparams(checkpoint: dict[str, Any], obj: Any, prefix: str) -> None:
     checkpoint[f"{prefix}hyper_parameters"] = to_primitive(dict(hparams))
 
 
-def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
+def save_checkpoint(
+    trainer: Trainer, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
+) -> None:
     path = cloud_io.local(filepath)
     with trainer.run_context.hooks.profile("save_checkpoint"):
         checkpoint = dump_checkpoint(trainer, weights_only=weights_only or path.endswith(".safetensors"))
-        if not trainer.is_global_zero:
-            return
-        if path.endswith(".safetensors"):
-            checkpoint_io.save_safetensors(checkpoint, path)
-        else:
-            checkpoint_io.save(checkpoint, path)
+        trainer.strategy.save_checkpoint(checkpoint, path, storage_options=storage_options)
 
 
 # -- restoring ----------------------------------------------------------------------------------------------

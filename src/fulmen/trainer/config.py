@@ -41,6 +41,8 @@ class TrainerConfig:
     """One of '64-true', '32-true', '16-mixed', 'bf16-mixed', '16-true', 'bf16-true' (1.x spellings mapped)."""
     precision_plugin: Precision | None
     """A precision object from ``plugins=`` (then ``precision`` is its default), else None."""
+    checkpoint_io: Any
+    """A ``CheckpointIO`` from ``plugins=`` (the strategy's default ``TorchCheckpointIO`` otherwise)."""
     sync_batchnorm: bool
     """BatchNorm layers become SyncBatchNorm under DDP."""
     # -- the loop ---------------------------------------------------------------------------------------
@@ -212,14 +214,14 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
             f"Trainer(model_registry={a['model_registry']!r}): fulmen uploads nothing to a model registry; the "
             "argument is ignored (checkpoints are written locally)."
         )
-    precision_plugin = _precision_from_plugins(a["plugins"], a["precision"])
+    precision_plugin, checkpoint_io = _from_plugins(a["plugins"], a["precision"])
     precision = normalize_precision(a["precision"]) if precision_plugin is None else precision_plugin.name
     accelerator = select_accelerator(a["accelerator"])
     root = a["default_root_dir"]
     cloud_io.check_reachable(root, "Trainer(default_root_dir)")
     return TrainerConfig(
         accelerator=accelerator, devices=accelerator.parse_devices(a["devices"]), strategy=a["strategy"],
-        num_nodes=num_nodes, precision=precision, precision_plugin=precision_plugin,
+        num_nodes=num_nodes, precision=precision, precision_plugin=precision_plugin, checkpoint_io=checkpoint_io,
         sync_batchnorm=a["sync_batchnorm"], accumulate_grad_batches=accumulate, accumulation_schedule=schedule,
         deterministic=deterministic, benchmark=a["benchmark"], inference_mode=a["inference_mode"],
         detect_anomaly=a["detect_anomaly"], use_distributed_sampler=a["use_distributed_sampler"],
@@ -412,27 +414,33 @@ def _callback_list(callbacks: Any) -> list[Any]:
     return result
 
 
-def _precision_from_plugins(plugins: Any, precision: Any) -> Precision | None:
-    """The precision object among ``Trainer(plugins=...)``, if any; refused together with ``precision=``."""
+def _from_plugins(plugins: Any, precision: Any) -> tuple[Precision | None, Any]:
+    """The precision object and the ``CheckpointIO`` among ``Trainer(plugins=...)`` (at most one of each);
+    a precision plugin is refused together with ``precision=``."""
+    from fulmen.plugins.io import CheckpointIO
+
     if plugins is None:
-        return None
+        return None, None
     items = plugins if isinstance(plugins, (list, tuple)) else [plugins]
-    found: Precision | None = None
+    found: dict[str, Any] = {}
     for plugin in items:
-        if not isinstance(plugin, Precision):
+        kind = "precision" if isinstance(plugin, Precision) else "checkpoint_io" if isinstance(plugin, CheckpointIO) else None
+        if kind is None:
             raise MisconfigurationException(
                 f"plugins={plugins!r}: {type(plugin).__name__} is not a plugin fulmen knows. Pass precision "
-                "objects from fulmen.plugins (Precision, MixedPrecision, HalfPrecision, DoublePrecision)."
+                "objects (Precision, MixedPrecision, HalfPrecision, DoublePrecision) or a CheckpointIO "
+                "(TorchCheckpointIO, AsyncCheckpointIO, or a subclass) from fulmen.plugins."
             )
-        if found is not None:
+        if kind in found:
             raise MisconfigurationException(
-                f"plugins={plugins!r} holds two precision plugins ({type(found).__name__} and "
+                f"plugins={plugins!r} holds two {kind.replace('_', ' ')} plugins ({type(found[kind]).__name__} and "
                 f"{type(plugin).__name__}). Pass one."
             )
-        found = plugin
-    if found is not None and precision is not None:
+        found[kind] = plugin
+    precision_plugin = found.get("precision")
+    if precision_plugin is not None and precision is not None:
         raise MisconfigurationException(
-            f"Trainer(precision={precision!r}) and plugins=[{type(found).__name__}(...)] both set the precision. "
-            "Pass one of them."
+            f"Trainer(precision={precision!r}) and plugins=[{type(precision_plugin).__name__}(...)] both set the "
+            "precision. Pass one of them."
         )
-    return found
+    return precision_plugin, found.get("checkpoint_io")

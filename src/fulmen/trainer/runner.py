@@ -20,7 +20,6 @@ from fulmen.runtime.state import RunningStage, TrainerFn, TrainerStatus
 from fulmen.trainer import checkpointing
 from fulmen.trainer.connectors import attach_model_callbacks
 from fulmen.trainer.signals import SignalInterrupt, slurm_requeued
-from fulmen.utilities import checkpoint_io
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
@@ -201,7 +200,7 @@ class StageRunner:
         path = checkpointing.resolve_ckpt_path(self.trainer, request.path)
         if path is None:
             return None
-        checkpoint = checkpoint_io.load(path, map_location="cpu", weights_only=request.weights_only)
+        checkpoint = self.context.strategy.load_checkpoint(path, weights_only=request.weights_only)
         request.loaded = path
         checkpointing.restore_module_and_callbacks(self.trainer, checkpoint, callbacks=fn == TrainerFn.FITTING)
         return checkpoint if fn == TrainerFn.FITTING else None

@@ -104,6 +104,8 @@ class Trainer:
             config.strategy, config.accelerator, config.devices, config.num_nodes, config.precision,
             config.precision_plugin, config.sync_batchnorm,
         )  # fmt: skip
+        if config.checkpoint_io is not None:
+            strategy_.checkpoint_io = config.checkpoint_io
         self._context = context = RunContext(self, config, strategy_)
         self.validate_loop = EvaluationLoop(context, "validation")
         self.test_loop = EvaluationLoop(context, "test")
@@ -534,19 +536,15 @@ class Trainer:
     def save_checkpoint(
         self, filepath: str | Path, weights_only: bool | None = None, storage_options: Any = None
     ) -> None:
-        """Write a checkpoint (atomically); a ``.safetensors`` path exports the weights only."""
+        """Write a checkpoint through the strategy's ``CheckpointIO`` (atomically; a local path or an fsspec URL;
+        a ``.safetensors`` path exports the weights only)."""
         from fulmen.trainer.checkpointing import save_checkpoint
 
-        if storage_options is not None:
-            raise MisconfigurationException(
-                "save_checkpoint(storage_options=...) is for remote filesystems, which fulmen does not write to. "
-                "Save to a local path."
-            )
         if self.lightning_module is None:
             raise MisconfigurationException(
                 "trainer.save_checkpoint() needs a model: call it during or after trainer.fit()."
             )
-        save_checkpoint(self, filepath, weights_only=bool(weights_only))
+        save_checkpoint(self, filepath, weights_only=bool(weights_only), storage_options=storage_options)
         self.strategy.barrier("Trainer.save_checkpoint")
 
     def print(self, *args: Any, **kwargs: Any) -> None:
