@@ -77,7 +77,7 @@ def test_async_writes_the_same_files_in_the_background_and_removes_only_after_sa
     assert inner.threads == {t for t in inner.threads if t.startswith("fulmen-checkpoint")}  # not the main thread
     # each rotated-out file was removed only after the file replacing it had been written
     order = list(inner.events)
-    for i, (kind, name) in enumerate(order):
+    for i, (kind, _name) in enumerate(order):
         if kind == "removed":
             assert any(k == "saved" for k, _ in order[:i]), order
     assert order.index(("saved", "epoch=1-step=4.ckpt")) < order.index(("removed", "epoch=0-step=2.ckpt"))
