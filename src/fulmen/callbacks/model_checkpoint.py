@@ -133,6 +133,10 @@ class ModelCheckpoint(Checkpoint):
     def every_n_epochs(self) -> int:
         return self._every_n_epochs
 
+    @property
+    def every_n_train_steps(self) -> int:
+        return self._every_n_train_steps
+
     # -- hooks -----------------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         dirpath = self.dirpath if self.dirpath is not None else self._default_dirpath(trainer)
@@ -338,6 +342,8 @@ class ModelCheckpoint(Checkpoint):
                 _link(self._last_checkpoint_saved, path)
             else:
                 trainer.save_checkpoint(path, self.save_weights_only)
+                for logger in trainer.loggers:  # e.g. MLflow / W&B upload checkpoints (log_model)
+                    logger.after_save_checkpoint(self)
         except BaseException:
             if names:
                 setattr(self, names, before)  # nothing was written: keep naming the file that was

@@ -1,7 +1,9 @@
-"""Loggers: ``CSVLogger``, ``TensorBoardLogger`` and the ``Logger`` base class."""
+"""Loggers: ``CSVLogger``, ``TensorBoardLogger``, ``MLFlowLogger``, ``WandbLogger``, ``CometLogger``,
+``NeptuneLogger`` and the ``Logger`` base class. Each imports its package only when it is used."""
 
 from fulmen.loggers.csv_logs import CSVLogger
 from fulmen.loggers.logger import Logger
+from fulmen.loggers.mlflow import MLFlowLogger
 from fulmen.loggers.tensorboard import TensorBoardLogger
 
-__all__ = ["CSVLogger", "Logger", "TensorBoardLogger"]
+__all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger"]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
 from argparse import Namespace
+from collections.abc import Callable
 from typing import Any
 
 from fulmen.utilities import cloud_io
@@ -55,6 +57,76 @@ class Logger(ABC):
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         pass
+
+
+class _DummyExperiment:
+    """What ``experiment`` is on ranks other than zero: every call is accepted and does nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self
+
+    def __getitem__(self, index: Any) -> _DummyExperiment:
+        return self
+
+
+def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """For an ``experiment`` property: the real object on global rank zero, a do-nothing stand-in elsewhere
+    (so user code calling ``logger.experiment.log(...)`` runs on every rank, and only rank zero writes)."""
+
+    @functools.wraps(fn)
+    def experiment(self: Any) -> Any:
+        if getattr(rank_zero_only, "rank", 0) != 0:
+            return _DummyExperiment()
+        return fn(self)
+
+    return experiment
+
+
+def scan_checkpoints(checkpoint_callback: Any, logged: dict[str, float]) -> list[tuple[float, str, Any, list[str]]]:
+    """The checkpoints of ``checkpoint_callback`` not logged yet (``logged``: path -> modification time when
+    it was logged), oldest first, as ``(mtime, path, score, aliases)``: every one is "latest" when logged, and
+    the best one also "best" (the aliases W&B and MLflow artifacts carry)."""
+    scores: dict[str, Any] = {}
+    last = getattr(checkpoint_callback, "last_model_path", "")
+    if last:
+        scores[last] = getattr(checkpoint_callback, "current_score", None)
+    best = getattr(checkpoint_callback, "best_model_path", "")
+    if best:
+        scores[best] = getattr(checkpoint_callback, "best_model_score", None)
+    scores.update(getattr(checkpoint_callback, "best_k_models", {}) or {})
+    found = []
+    for path, score in scores.items():
+        if not path or not cloud_io.isfile(path):
+            continue
+        mtime = cloud_io.modified(path)
+        if path in logged and logged[path] >= mtime:
+            continue
+        aliases = ["latest", "best"] if path == best else ["latest"]
+        found.append((mtime, path, score, aliases))
+    return sorted(found)
+
+
+def checkpoint_metadata(checkpoint_callback: Any, path: str, score: Any) -> dict[str, Any]:
+    """What is stored next to a logged checkpoint: its score, file name and the callback's settings."""
+    settings = {key: getattr(checkpoint_callback, key, None)
+                for key in ("monitor", "mode", "save_last", "save_top_k", "save_weights_only")}  # fmt: skip
+    settings["_every_n_train_steps"] = getattr(checkpoint_callback, "every_n_train_steps", 0)  # Lightning's key
+    return {
+        "score": score.item() if hasattr(score, "item") else score,
+        "original_filename": cloud_io.basename(path),
+        "Checkpoint": settings,
+    }
+
+
+def require(package: str, extra: str, logger: str) -> None:
+    """Fail at construction, naming the extra, when a logger's package is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec(package) is None:
+        raise ModuleNotFoundError(
+            f"{logger} needs the `{package}` package, which is not installed: pip install 'fulmen[{extra}]' "
+            f"(or pip install {package})."
+        )
 
 
 def next_version(root: str) -> int:
