@@ -5,5 +5,6 @@ from fulmen.loggers.csv_logs import CSVLogger
 from fulmen.loggers.logger import Logger
 from fulmen.loggers.mlflow import MLFlowLogger
 from fulmen.loggers.tensorboard import TensorBoardLogger
+from fulmen.loggers.wandb import WandbLogger
 
-__all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger"]
+__all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]

@@ -169,6 +169,8 @@ class StageRunner:
             hooks.call_datamodule("prepare_data")
         hooks.call_module("prepare_data")
         stage = fn.value
+        for logger in context.loggers:
+            getattr(logger, "experiment", None)  # created now, as Lightning does: name / version exist for callbacks
         if context.datamodule is not None:
             hooks.call_datamodule("setup", stage=stage)
         hooks.call_callbacks("setup", stage=stage)
