@@ -4,43 +4,18 @@ the same run, params, metric histories, tags and checkpoint artifacts as Lightni
 from __future__ import annotations
 
 import pytest
-import torch
 import yaml
 
 pytest.importorskip("mlflow", reason="the test extras install mlflow-skinny")
 
 import fulmen
 from fulmen.loggers import MLFlowLogger
+from tests.loggers.models import model_class
 from tests.parity import oracle
 
 
 def _model_class(pl):
-    class Model(pl.LightningModule):
-        def __init__(self, lr: float = 0.1, nested: dict | None = None):
-            super().__init__()
-            self.save_hyperparameters()
-            torch.manual_seed(0)
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            loss = self.layer(batch).pow(2).mean()
-            self.log("train_loss", loss)
-            self.log("bad key!", 1.0)
-            return loss
-
-        def validation_step(self, batch, batch_idx):
-            self.log("val_loss", 1.0 - self.current_epoch * 0.1)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
-
-        def train_dataloader(self):
-            return torch.utils.data.DataLoader(torch.randn(12, 4, generator=torch.Generator().manual_seed(1)), batch_size=4)
-
-        def val_dataloader(self):
-            return torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4)
-
-    return Model
+    return model_class(pl, odd_metric_name=True)
 
 
 def _run(pl, logger_cls, uri, tmp_path, log_model, save_top_k=1):

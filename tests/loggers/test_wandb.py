@@ -5,13 +5,13 @@ artifacts as Lightning's WandbLogger writes."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 pytest.importorskip("wandb", reason="the test extras install wandb")
 
 import fulmen
 from fulmen.loggers import WandbLogger
 from fulmen.utilities.exceptions import MisconfigurationException
+from tests.loggers.models import model_class
 from tests.loggers.wandb_records import read_run
 from tests.parity import oracle
 
@@ -31,31 +31,7 @@ def offline(monkeypatch):
 
 
 def _model_class(pl):
-    class Model(pl.LightningModule):
-        def __init__(self, lr: float = 0.1, nested: dict | None = None):
-            super().__init__()
-            self.save_hyperparameters()
-            torch.manual_seed(0)
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            loss = self.layer(batch).pow(2).mean()
-            self.log("train_loss", loss)
-            return loss
-
-        def validation_step(self, batch, batch_idx):
-            self.log("val_loss", 1.0 - self.current_epoch * 0.1)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
-
-        def train_dataloader(self):
-            return torch.utils.data.DataLoader(torch.randn(12, 4, generator=torch.Generator().manual_seed(1)), batch_size=4)
-
-        def val_dataloader(self):
-            return torch.utils.data.DataLoader(torch.randn(4, 4), batch_size=4)
-
-    return Model
+    return model_class(pl, odd_metric_name=False)
 
 
 def _run(pl, logger_cls, folder, log_model):

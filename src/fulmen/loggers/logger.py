@@ -106,6 +106,24 @@ def scan_checkpoints(checkpoint_callback: Any, logged: dict[str, float]) -> list
     return sorted(found)
 
 
+class CheckpointUploads:
+    """``log_model`` for loggers that upload checkpoints (MLflow, W&B): ``"all"`` uploads each checkpoint as
+    it is saved, ``True`` when training ends (or as saved when ``save_top_k=-1``: every file is kept then).
+    Subclasses implement ``_log_checkpoints(checkpoint_callback)``."""
+
+    _log_model: Any = False
+    _checkpoint_callback: Any = None
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        if self._log_model == "all" or (self._log_model is True and getattr(checkpoint_callback, "save_top_k", 0) == -1):
+            self._log_checkpoints(checkpoint_callback)
+        elif self._log_model is True:
+            self._checkpoint_callback = checkpoint_callback  # uploaded when training ends
+
+    def _log_checkpoints(self, checkpoint_callback: Any) -> None:
+        raise NotImplementedError
+
+
 def checkpoint_metadata(checkpoint_callback: Any, path: str, score: Any) -> dict[str, Any]:
     """What is stored next to a logged checkpoint: its score, file name and the callback's settings."""
     settings = {key: getattr(checkpoint_callback, key, None)

@@ -11,6 +11,7 @@ from argparse import Namespace
 from typing import Any, Literal
 
 from fulmen.loggers.logger import (
+    CheckpointUploads,
     Logger,
     checkpoint_metadata,
     flatten_params,
@@ -25,7 +26,7 @@ _STATUS = {"success": "FINISHED", "finished": "FINISHED", "failed": "FAILED"}
 _BAD_METRIC_CHARS = re.compile(r"[^a-zA-Z0-9_/. -]+")
 
 
-class MLFlowLogger(Logger):
+class MLFlowLogger(CheckpointUploads, Logger):
     """Log to MLflow: one run in experiment ``experiment_name`` (created if missing), named ``run_name`` and
     tagged with ``tags``; hyperparameters as params (nested keys joined with "/"), metrics with their step.
 
@@ -177,12 +178,6 @@ class MLFlowLogger(Logger):
         client = self.experiment
         if client.get_run(self.run_id):
             client.set_terminated(self.run_id, _STATUS.get(status, status))
-
-    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        if self._log_model == "all" or (self._log_model is True and getattr(checkpoint_callback, "save_top_k", 0) == -1):
-            self._log_checkpoints(checkpoint_callback)
-        elif self._log_model is True:
-            self._checkpoint_callback = checkpoint_callback  # uploaded when training ends
 
     @rank_zero_only
     def _log_checkpoints(self, checkpoint_callback: Any) -> None:

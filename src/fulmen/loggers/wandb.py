@@ -9,6 +9,7 @@ from argparse import Namespace
 from typing import Any, Literal
 
 from fulmen.loggers.logger import (
+    CheckpointUploads,
     Logger,
     checkpoint_metadata,
     rank_zero_experiment,
@@ -19,7 +20,7 @@ from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 
-class WandbLogger(Logger):
+class WandbLogger(CheckpointUploads, Logger):
     """Log to a W&B run in ``project`` (default "lightning_logs"), named ``name``; ``version`` / ``id``
     resumes a run. Metrics are logged with ``trainer/global_step`` as their step axis; hyperparameters go to
     the run's config (nested dicts kept). ``log_model``: ``True`` logs the checkpoints as ``model``
@@ -187,12 +188,6 @@ class WandbLogger(Logger):
 
     def use_artifact(self, artifact: str, artifact_type: str | None = None) -> Any:
         return self.experiment.use_artifact(artifact, type=artifact_type)
-
-    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        if self._log_model == "all" or (self._log_model is True and getattr(checkpoint_callback, "save_top_k", 0) == -1):
-            self._log_checkpoints(checkpoint_callback)
-        elif self._log_model is True:
-            self._checkpoint_callback = checkpoint_callback  # logged when training ends
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
