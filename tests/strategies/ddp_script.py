@@ -215,10 +215,13 @@ def predict_with_writer() -> dict:
 def rank_zero_run(outdir: str) -> dict:
     """Loggers, progress bar, model summary, trainer.print and save_checkpoint on every rank; what each rank
     printed is captured (torchrun mixes both ranks' output otherwise)."""
-    from fulmen.loggers import CSVLogger, TensorBoardLogger
+    from fulmen.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
     rank = torch.distributed.get_rank()
-    loggers = [CSVLogger(f"{outdir}/logs", version=0), TensorBoardLogger(f"{outdir}/tb", version=0)]
+    os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_GIT="true")
+    loggers = [CSVLogger(f"{outdir}/logs", version=0), TensorBoardLogger(f"{outdir}/tb", version=0),
+               MLFlowLogger("ddp", tracking_uri=f"sqlite:///{outdir}/mlflow.db"),
+               WandbLogger(project="ddp", save_dir=f"{outdir}/wb")]  # fmt: skip
     trainer = fulmen.Trainer(accelerator="cpu", **LAYOUT, strategy="ddp", max_epochs=2, logger=loggers,
                              log_every_n_steps=2, enable_checkpointing=False)  # fmt: skip
     out, err = io.StringIO(), io.StringIO()
@@ -226,7 +229,12 @@ def rank_zero_run(outdir: str) -> dict:
         trainer.fit(Model(), loader(batch_size=4))
         trainer.print("hello from trainer.print")
         trainer.save_checkpoint(f"{outdir}/manual_rank{rank}.ckpt")
-    return {"stdout": out.getvalue(), "stderr": err.getvalue(), "pid": os.getpid()}
+    if rank == 0:
+        import wandb
+
+        wandb.finish()
+    return {"stdout": out.getvalue(), "stderr": err.getvalue(), "pid": os.getpid(),
+            "mlflow_run": loggers[2].version, "wandb_run": loggers[3].version}  # fmt: skip
 
 
 class KillRank(fulmen.Callback):

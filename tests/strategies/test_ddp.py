@@ -187,6 +187,18 @@ def test_only_rank_zero_logs_prints_and_saves(ddp_results, tmp_path_factory):
     rows = (out / "logs" / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
     # one row per logging step (every 2nd of 16) and per epoch end, once: nothing written twice
     assert len(rows) == 1 + 8 + 2, rows
+    from mlflow.tracking import MlflowClient
+
+    from tests.loggers.wandb_records import read_run
+
+    client = MlflowClient(f"sqlite:///{out}/mlflow.db")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "ddp"]
+    (run,) = client.search_runs([experiment.experiment_id])  # one run: rank 1 made none
+    assert run.info.run_id == first["mlflow_run"] and second["mlflow_run"] is None
+    assert len(client.get_metric_history(run.info.run_id, "loss_step")) == 8
+    wandb_run = read_run(str(out / "wb"))  # exactly one offline run folder
+    assert wandb_run["id"] == first["wandb_run"] and second["wandb_run"] is None
+    assert len([row for row in wandb_run["history"] if "loss_step" in row]) == 8
 
 
 @pytest.mark.slow

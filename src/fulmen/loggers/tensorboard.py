@@ -13,7 +13,14 @@ import tempfile
 from argparse import Namespace
 from typing import Any
 
-from fulmen.loggers.logger import Logger, flatten_params, next_version, sanitize_params, save_hparams_yaml
+from fulmen.loggers.logger import (
+    Logger,
+    flatten_params,
+    next_version,
+    rank_zero_experiment,
+    sanitize_params,
+    save_hparams_yaml,
+)
 from fulmen.utilities import cloud_io
 from fulmen.utilities.rank_zero import rank_zero_only
 
@@ -70,8 +77,10 @@ class TensorBoardLogger(Logger):
         return cloud_io.join(path, self._sub_dir) if self._sub_dir else path
 
     @property
+    @rank_zero_experiment
     def experiment(self) -> Any:
-        """The ``torch.utils.tensorboard.SummaryWriter`` (created on first use)."""
+        """The ``torch.utils.tensorboard.SummaryWriter`` (created on first use, on global rank zero; other
+        ranks get a stand-in that writes nothing)."""
         if self._experiment is None:
             from torch.utils.tensorboard import SummaryWriter
 
