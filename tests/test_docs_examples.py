@@ -27,6 +27,19 @@ def test_callbacks_example_runs(capsys):
     assert "predictions/predictions.pt" in out and Path("predictions/predictions.pt").exists()
 
 
+@pytest.mark.slow
+def test_loggers_example_runs(capsys, monkeypatch):
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    _run_first_example("logging.md", after="## Experiment trackers")
+    out = capsys.readouterr().out
+    assert "mlflow steps: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]" in out
+    assert "mlflow artifacts: ['epoch=1-step=10']" in out
+    assert list(Path("logs/wandb").glob("offline-run-*/run-*.wandb"))
+
+
 def test_profilers_example_runs(capsys):
     _run_first_example("profilers.md")
     assert "slowest action:" in capsys.readouterr().out
