@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from fulmen.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
     from fulmen.callbacks.prediction_writer import BasePredictionWriter, PredictionFileWriter
     from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
+    from fulmen.callbacks.rich_progress import RichModelSummary, RichProgressBar, RichProgressBarTheme
     from fulmen.callbacks.spike import SpikeDetection, TrainingSpikeException
     from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
     from fulmen.callbacks.timer import Timer
@@ -45,6 +46,9 @@ _WHERE = {
     "OnExceptionCheckpoint": "on_exception_checkpoint",
     "PredictionFileWriter": "prediction_writer",
     "ProgressBar": "progress",
+    "RichModelSummary": "rich_progress",
+    "RichProgressBar": "rich_progress",
+    "RichProgressBarTheme": "rich_progress",
     "SpikeDetection": "spike",
     "StochasticWeightAveraging": "stochastic_weight_avg",
     "TQDMProgressBar": "progress",
@@ -81,6 +85,9 @@ __all__ = [
     "OnExceptionCheckpoint",
     "PredictionFileWriter",
     "ProgressBar",
+    "RichModelSummary",
+    "RichProgressBar",
+    "RichProgressBarTheme",
     "SpikeDetection",
     "StochasticWeightAveraging",
     "TQDMProgressBar",

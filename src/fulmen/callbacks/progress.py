@@ -35,30 +35,17 @@ class ProgressBar(Callback):
         return items
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)
+class RefreshingBar(ProgressBar):
+    """A bar drawn every ``refresh_rate`` batches (0 turns it off), switched off on ranks other than zero."""
 
-
-class TQDMProgressBar(ProgressBar):
-    """A tqdm bar per training epoch, plus one for validation / test / predict runs."""
-
-    _MIN_METRICS_INTERVAL = 0.1  # seconds between metric reads: each read is a host-device sync
-    _MIN_DRAW_INTERVAL = 0.1  # seconds between redraws
-
-    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
+    def __init__(self, refresh_rate: int = 1) -> None:
         super().__init__()
         if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
-            raise ValueError(f"refresh_rate={refresh_rate!r} must be an int >= 0 (0 disables the bar).")
+            raise ValueError(
+                f"{type(self).__name__}(refresh_rate={refresh_rate!r}) must be an int >= 0 (0 disables the bar)."
+            )
         self._refresh_rate = refresh_rate
-        self._process_position = process_position
-        self._leave = leave
         self._enabled = True
-        self.train_progress_bar: Any = None
-        self.val_progress_bar: Any = None
-        self._last_metrics_time = 0.0
-        self._last_draw_time = 0.0
 
     @property
     def refresh_rate(self) -> int:
@@ -78,6 +65,29 @@ class TQDMProgressBar(ProgressBar):
     def enable(self) -> None:
         self._enabled = True
 
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+class TQDMProgressBar(RefreshingBar):
+    """A tqdm bar per training epoch, plus one for validation / test / predict runs."""
+
+    _MIN_METRICS_INTERVAL = 0.1  # seconds between metric reads: each read is a host-device sync
+    _MIN_DRAW_INTERVAL = 0.1  # seconds between redraws
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
+        super().__init__(refresh_rate)
+        self._process_position = process_position
+        self._leave = leave
+        self.train_progress_bar: Any = None
+        self.val_progress_bar: Any = None
+        self._last_metrics_time = 0.0
+        self._last_draw_time = 0.0
+        self._plain = False  # stdout is not a terminal (decided in setup)
+
     def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
         bar = self.val_progress_bar or self.train_progress_bar
         if bar is not None and not getattr(bar, "disable", True):
@@ -90,6 +100,8 @@ class TQDMProgressBar(ProgressBar):
     def _bar(self, desc: str, total: int | float | None, leave: bool, position: int = 0) -> Any:
         from tqdm import tqdm
 
+        if self._plain:
+            return _PlainBar(desc, None if total in (None, float("inf")) else int(total), leave, self.is_disabled)
         return tqdm(
             desc=desc,
             total=None if total in (None, float("inf")) else int(total),
@@ -105,6 +117,8 @@ class TQDMProgressBar(ProgressBar):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if not trainer.is_global_zero:
             self.disable()
+        # a log file or a pipe: one finished line per epoch / run instead of redraws and cursor moves
+        self._plain = not _is_terminal(sys.stdout)
 
     def _set_postfix(self, bar: Any, trainer: Trainer, pl_module: LightningModule, force: bool = False) -> None:
         now = time.monotonic()
@@ -161,9 +175,9 @@ class TQDMProgressBar(ProgressBar):
     def _eval_start(self, trainer: Trainer, desc: str, totals: list[int | float]) -> None:
         total = sum(totals) if totals else None
         fitting = trainer.state.fn is not None and trainer.state.fn.value == "fit"
-        self.val_progress_bar = self._bar(
-            desc, total, leave=self._leave and not fitting, position=int(fitting)
-        )
+        # as plain lines, a run outside fit (validate / test / predict) always leaves its line
+        leave = (self._leave or self._plain) and not fitting
+        self.val_progress_bar = self._bar(desc, total, leave=leave, position=int(fitting))
         self._eval_n = 0
 
     def _eval_batch_end(self) -> None:
@@ -221,3 +235,39 @@ class TQDMProgressBar(ProgressBar):
             if bar is not None:
                 bar.close()
         self.train_progress_bar = self.val_progress_bar = None
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+class _PlainBar:
+    """What the bar is when output goes to a file: it counts silently and, if ``leave``, prints its final
+    state as one line when closed (tqdm's own format, without carriage returns or cursor moves)."""
+
+    def __init__(self, desc: str, total: int | None, leave: bool, disable: bool) -> None:
+        self.desc, self.total, self.leave, self.disable = desc, total, leave, disable
+        self.n = 0
+        self._postfix = ""
+        self._start = time.monotonic()
+        self._closed = False
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        self._postfix = text
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.leave and not self.disable:
+            from tqdm import tqdm
+
+            line = tqdm.format_meter(self.n, self.total, time.monotonic() - self._start, prefix=self.desc,
+                                     postfix=self._postfix or None, ncols=0)  # fmt: skip
+            print(line, file=sys.stdout, flush=True)
