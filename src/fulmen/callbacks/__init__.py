@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from fulmen.callbacks.spike import SpikeDetection, TrainingSpikeException
     from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
     from fulmen.callbacks.timer import Timer
+    from fulmen.callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 
 _WHERE = {
     "BackboneFinetuning": "finetuning",
@@ -36,6 +37,7 @@ _WHERE = {
     "BatchSizeFinder": "batch_size_finder",
     "Callback": "callback",
     "Checkpoint": "model_checkpoint",
+    "EMAWeightAveraging": "weight_averaging",
     "EarlyStopping": "early_stopping",
     "GradientAccumulationScheduler": "gradient_accumulation_scheduler",
     "LambdaCallback": "lambda_function",
@@ -54,6 +56,7 @@ _WHERE = {
     "TQDMProgressBar": "progress",
     "Timer": "timer",
     "TrainingSpikeException": "spike",
+    "WeightAveraging": "weight_averaging",
 }
 
 
@@ -75,6 +78,7 @@ __all__ = [
     "BatchSizeFinder",
     "Callback",
     "Checkpoint",
+    "EMAWeightAveraging",
     "EarlyStopping",
     "GradientAccumulationScheduler",
     "LambdaCallback",
@@ -93,4 +97,5 @@ __all__ = [
     "TQDMProgressBar",
     "Timer",
     "TrainingSpikeException",
+    "WeightAveraging",
 ]
