@@ -92,7 +92,7 @@ def test_resume_continues_the_average_exactly(tmp_path, make):
 
 
 def test_load_from_checkpoint_gives_the_averaged_model(tmp_path):
-    model, trainer = _fit(fulmen, EMAWeightAveraging(decay=0.5), tmp_path, epochs=2)
+    _, trainer = _fit(fulmen, EMAWeightAveraging(decay=0.5), tmp_path, epochs=2)
     Net = _module_class(fulmen)
     loaded = Net.load_from_checkpoint(trainer.checkpoint_callback.best_model_path)
     saved = checkpoint_io.load(trainer.checkpoint_callback.best_model_path)
