@@ -95,8 +95,11 @@ class WandbLogger(CheckpointUploads, Logger):
             return self._experiment
         import wandb
 
+        init = {k: v for k, v in self._wandb_init.items() if v is not None}
         if self._save_dir is not None:
             os.makedirs(self._save_dir, exist_ok=True)
+            # absolute: wandb resolves a relative dir against the working directory of its first run
+            init["dir"] = os.path.abspath(self._save_dir)
         if wandb.run is not None:
             rank_zero_warn(
                 "A wandb run is already in progress: this WandbLogger logs to it. Call wandb.finish() before "
@@ -104,7 +107,7 @@ class WandbLogger(CheckpointUploads, Logger):
             )
             self._experiment = wandb.run
         else:
-            self._experiment = wandb.init(**{k: v for k, v in self._wandb_init.items() if v is not None})
+            self._experiment = wandb.init(**init)
         if hasattr(self._experiment, "define_metric"):
             self._experiment.define_metric("trainer/global_step")
             self._experiment.define_metric("*", step_metric="trainer/global_step", step_sync=True)
