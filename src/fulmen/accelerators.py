@@ -28,8 +28,28 @@ class Accelerator:
     def setup_device(self, device: torch.device) -> None:
         pass
 
+    def get_device_stats(self, device: torch.device | str) -> dict[str, Any]:
+        """Device statistics for ``DeviceStatsMonitor`` (the host's CPU and memory by default)."""
+        return get_cpu_stats()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def get_cpu_stats() -> dict[str, float]:
+    """CPU and memory use of the machine (``psutil``, imported here only)."""
+    try:
+        import psutil
+    except ImportError as err:
+        raise ModuleNotFoundError(
+            "CPU statistics need the `psutil` package, which is not installed: pip install 'fulmen[psutil]' "
+            "(or pip install psutil)."
+        ) from err
+    return {
+        "cpu_vm_percent": psutil.virtual_memory().percent,
+        "cpu_percent": psutil.cpu_percent(),
+        "cpu_swap_percent": psutil.swap_memory().percent,
+    }
 
 
 class CPUAccelerator(Accelerator):
@@ -91,6 +111,10 @@ class CUDAAccelerator(Accelerator):
 
     def setup_device(self, device: torch.device) -> None:
         torch.cuda.set_device(device)
+
+    def get_device_stats(self, device: torch.device | str) -> dict[str, Any]:
+        """The CUDA caching allocator's statistics (``torch.cuda.memory_stats``)."""
+        return dict(torch.cuda.memory_stats(device))
 
 
 class MPSAccelerator(Accelerator):

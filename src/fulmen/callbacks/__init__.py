@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fulmen.callbacks.batch_size_finder import BatchSizeFinder
     from fulmen.callbacks.callback import Callback
+    from fulmen.callbacks.device_stats_monitor import DeviceStatsMonitor
     from fulmen.callbacks.early_stopping import EarlyStopping
     from fulmen.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
     from fulmen.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from fulmen.callbacks.rich_progress import RichModelSummary, RichProgressBar, RichProgressBarTheme
     from fulmen.callbacks.spike import SpikeDetection, TrainingSpikeException
     from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
+    from fulmen.callbacks.throughput_monitor import ThroughputMonitor
     from fulmen.callbacks.timer import Timer
     from fulmen.callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 
@@ -37,6 +39,7 @@ _WHERE = {
     "BatchSizeFinder": "batch_size_finder",
     "Callback": "callback",
     "Checkpoint": "model_checkpoint",
+    "DeviceStatsMonitor": "device_stats_monitor",
     "EMAWeightAveraging": "weight_averaging",
     "EarlyStopping": "early_stopping",
     "GradientAccumulationScheduler": "gradient_accumulation_scheduler",
@@ -54,6 +57,7 @@ _WHERE = {
     "SpikeDetection": "spike",
     "StochasticWeightAveraging": "stochastic_weight_avg",
     "TQDMProgressBar": "progress",
+    "ThroughputMonitor": "throughput_monitor",
     "Timer": "timer",
     "TrainingSpikeException": "spike",
     "WeightAveraging": "weight_averaging",
@@ -78,6 +82,7 @@ __all__ = [
     "BatchSizeFinder",
     "Callback",
     "Checkpoint",
+    "DeviceStatsMonitor",
     "EMAWeightAveraging",
     "EarlyStopping",
     "GradientAccumulationScheduler",
@@ -95,6 +100,7 @@ __all__ = [
     "SpikeDetection",
     "StochasticWeightAveraging",
     "TQDMProgressBar",
+    "ThroughputMonitor",
     "Timer",
     "TrainingSpikeException",
     "WeightAveraging",
