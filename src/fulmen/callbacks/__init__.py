@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from fulmen.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
     from fulmen.callbacks.prediction_writer import BasePredictionWriter, PredictionFileWriter
     from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
+    from fulmen.callbacks.pruning import ModelPruning
     from fulmen.callbacks.rich_progress import RichModelSummary, RichProgressBar, RichProgressBarTheme
     from fulmen.callbacks.spike import SpikeDetection, TrainingSpikeException
     from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
@@ -47,6 +48,7 @@ _WHERE = {
     "LearningRateFinder": "lr_finder",
     "LearningRateMonitor": "lr_monitor",
     "ModelCheckpoint": "model_checkpoint",
+    "ModelPruning": "pruning",
     "ModelSummary": "model_summary",
     "OnExceptionCheckpoint": "on_exception_checkpoint",
     "PredictionFileWriter": "prediction_writer",
@@ -90,6 +92,7 @@ __all__ = [
     "LearningRateFinder",
     "LearningRateMonitor",
     "ModelCheckpoint",
+    "ModelPruning",
     "ModelSummary",
     "OnExceptionCheckpoint",
     "PredictionFileWriter",
