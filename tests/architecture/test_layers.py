@@ -145,6 +145,9 @@ _ABOVE = {
     "fulmen.callbacks": ("fulmen.trainer", "fulmen.loops"),
     "fulmen.tuner": ("fulmen.trainer", "fulmen.loops"),
     "fulmen.loggers": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime"),
+    # the plugins users pass (precision, checkpoint I/O, cluster environments) read strategies' launcher layout
+    "fulmen.plugins": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime", "fulmen.callbacks", "fulmen.loggers",
+                       "fulmen.tuner"),
     # the trainer builds profilers from its flag; the dispatcher only calls their start / stop
     "fulmen.profilers": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime", "fulmen.strategies", "fulmen.core",
                          "fulmen.callbacks", "fulmen.loggers", "fulmen.tuner"),

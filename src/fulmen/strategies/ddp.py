@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from fulmen.accelerators import Accelerator
 from fulmen.precision import Precision
-from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterEnvironment, detect
+from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterLayout, detect
 from fulmen.strategies.strategy import Strategy
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_only
@@ -196,13 +196,13 @@ class DDPStrategy(Strategy):
         self._devices = 1  # processes per node, from the Trainer's devices
         self.parallel_devices: list[torch.device] = []  # this node's devices, one per local rank
         self._launch = False  # this process starts the other local ranks when the run starts
-        self._cluster: ClusterEnvironment | None = None  # read from the launcher's environment
+        self._cluster: ClusterLayout | None = None  # read from the launcher's environment
         self._children: list[subprocess.Popen[bytes]] = []
         self._manual_step = False  # a manual-optimization training_step is running inside DDP's forward
 
     # -- ranks (from the launcher's environment) ---------------------------------------------------------
     @property
-    def cluster_environment(self) -> ClusterEnvironment | None:
+    def cluster_environment(self) -> ClusterLayout | None:
         """Where the ranks come from (``None`` until a launcher's environment was read)."""
         return self._cluster
 
@@ -228,7 +228,7 @@ class DDPStrategy(Strategy):
 
     # -- set-up -------------------------------------------------------------------------------------------
     def check_launch(
-        self, parallel_devices: list[torch.device], num_nodes: int, cluster: ClusterEnvironment | None
+        self, parallel_devices: list[torch.device], num_nodes: int, cluster: ClusterLayout | None
     ) -> None:
         """Plan the processes, one per device of ``parallel_devices`` on each node: those a launcher started
         (checked against devices x ``num_nodes``), or, without a launcher, processes on this machine that fulmen
@@ -261,10 +261,14 @@ class DDPStrategy(Strategy):
                 f"num_nodes={cluster.num_nodes}."
             )
 
+    def _detect(self) -> ClusterLayout | None:
+        plugin = self.cluster_plugin
+        return detect() if plugin is None else plugin.layout()
+
     def setup_environment(self) -> None:
-        if self._launch and detect() is None:
+        if self._launch and self._detect() is None:
             self._children = launch_local_ranks(self._devices)
-        cluster = self._cluster = detect()
+        cluster = self._cluster = self._detect()
         if cluster is None:
             raise MisconfigurationException(
                 "strategy='ddp' found no launcher environment (RANK, WORLD_SIZE, ... or SLURM_PROCID, ...) when "

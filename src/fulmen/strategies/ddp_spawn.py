@@ -21,7 +21,7 @@ import torch
 from fulmen.accelerators import Accelerator
 from fulmen.precision import Precision
 from fulmen.strategies.ddp import DDPStrategy, _free_port
-from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterEnvironment
+from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterLayout
 from fulmen.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class DDPSpawnStrategy(DDPStrategy):
         self._in_worker = False
 
     def check_launch(
-        self, parallel_devices: list[torch.device], num_nodes: int, cluster: ClusterEnvironment | None
+        self, parallel_devices: list[torch.device], num_nodes: int, cluster: ClusterLayout | None
     ) -> None:
         if cluster is not None:
             raise MisconfigurationException(

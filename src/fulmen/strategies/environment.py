@@ -19,7 +19,7 @@ _INTERACTIVE_SLURM_JOBS = ("bash", "interactive")
 
 
 @dataclass(frozen=True)
-class ClusterEnvironment:
+class ClusterLayout:
     """The layout of a job: this process's ranks, the job's sizes, and where rank 0 listens."""
 
     launcher: str  # "torchrun", "slurm", or fulmen's own on one machine: "fulmen" (script), "ddp_spawn"
@@ -36,9 +36,9 @@ class ClusterEnvironment:
         return max(1, self.world_size // max(1, self.local_world_size))
 
 
-def detect() -> ClusterEnvironment | None:
+def detect() -> ClusterLayout | None:
     """The launcher that started this process, or ``None`` when it was started by hand."""
-    return _torchrun() or _slurm()
+    return torchrun_layout() or slurm_layout()
 
 
 def _int(name: str, default: int | None = None) -> int:
@@ -53,14 +53,14 @@ def _int(name: str, default: int | None = None) -> int:
     return int(match.group(1))
 
 
-def _torchrun() -> ClusterEnvironment | None:
+def torchrun_layout() -> ClusterLayout | None:
     if not all(key in os.environ for key in _TORCHRUN_VARIABLES):
         return None
     world = _int("WORLD_SIZE")
     rank = _int("RANK")
     local_world = _int("LOCAL_WORLD_SIZE", world)
     port = os.environ.get("MASTER_PORT")
-    return ClusterEnvironment(
+    return ClusterLayout(
         # fulmen's launchers set torchrun's variables, and say so
         launcher=os.environ.get(LAUNCHER_VARIABLE, "torchrun"),
         world_size=world,
@@ -73,7 +73,7 @@ def _torchrun() -> ClusterEnvironment | None:
     )
 
 
-def _slurm() -> ClusterEnvironment | None:
+def slurm_layout() -> ClusterLayout | None:
     """srun started this process as one of several tasks (a single task is a plain process to us: fulmen's
     launcher may still start the other local ranks)."""
     if "SLURM_PROCID" not in os.environ or os.environ.get("SLURM_JOB_NAME") in _INTERACTIVE_SLURM_JOBS:
@@ -85,7 +85,7 @@ def _slurm() -> ClusterEnvironment | None:
     local_world = _int("SLURM_NTASKS_PER_NODE", max(1, world // nodes))
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or "127.0.0.1"
     port = os.environ.get("MASTER_PORT")
-    return ClusterEnvironment(
+    return ClusterLayout(
         launcher="slurm",
         world_size=world,
         global_rank=_int("SLURM_PROCID"),

@@ -44,10 +44,14 @@ def _ddp_kind(name: str | None) -> tuple[str, bool] | None:
 def select_strategy(
     strategy: str | Strategy, accelerator: Accelerator, devices: list[torch.device], num_nodes: int,
     precision: str, precision_plugin: Precision | None = None, sync_batchnorm: bool = False,
+    environment: Any = None,
 ) -> Strategy:  # fmt: skip
     """The strategy for these (validated) flags; a Strategy instance gets the Trainer's accelerator and
-    precision where it left them at their defaults."""
-    chosen = _select(strategy, accelerator, devices, num_nodes, precision_plugin or select_precision(precision, devices[0].type))
+    precision where it left them at their defaults. ``environment``: a cluster-environment plugin that names
+    the launcher (otherwise it is detected from the environment variables)."""
+    cluster = detect_cluster() if environment is None else environment.required_layout()
+    precision_ = precision_plugin or select_precision(precision, devices[0].type)
+    chosen = _select(strategy, accelerator, devices, num_nodes, precision_, cluster, environment)
     if sync_batchnorm and chosen.is_distributed and accelerator.name == "cpu":
         raise MisconfigurationException(
             "Trainer(sync_batchnorm=True) turns BatchNorm layers into torch.nn.SyncBatchNorm, which torch runs "
@@ -59,14 +63,16 @@ def select_strategy(
 
 
 def _select(
-    strategy: Any, accelerator: Accelerator, devices: list[torch.device], num_nodes: int, precision: Precision
-) -> Strategy:
+    strategy: Any, accelerator: Accelerator, devices: list[torch.device], num_nodes: int, precision: Precision,
+    cluster: Any, environment: Any,
+) -> Strategy:  # fmt: skip
     device = devices[0]
     if isinstance(strategy, Strategy):
         strategy.accelerator = strategy.accelerator or accelerator
         if type(strategy.precision_plugin) is Precision:  # left at the default: use the Trainer's
             strategy.precision_plugin = precision
-        strategy.check_launch(devices, num_nodes, detect_cluster())
+        strategy.cluster_plugin = environment
+        strategy.check_launch(devices, num_nodes, cluster)
         return strategy
     name = strategy.lower() if isinstance(strategy, str) else None
     ddp_kind = _ddp_kind(name)
@@ -77,7 +83,6 @@ def _select(
             "Strategy instance such as DDPStrategy(...)."
         )
     processes = len(devices) * num_nodes
-    cluster = detect_cluster()
     launched = cluster is not None and cluster.world_size > 1
     if ddp_kind is None and name == "auto" and (processes > 1 or launched):
         ddp_kind = ("ddp", False)
@@ -101,5 +106,6 @@ def _select(
             start_method="spawn" if base == "ddp_spawn" else "fork",
         )  # fmt: skip
         ddp.strategy_name = base
+    ddp.cluster_plugin = environment
     ddp.check_launch(devices, num_nodes, cluster)
     return ddp

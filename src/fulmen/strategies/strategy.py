@@ -52,6 +52,8 @@ class Strategy:
         self.accelerator = accelerator
         self.precision_plugin: Precision = precision_plugin or Precision()
         self._checkpoint_io = checkpoint_io
+        # a cluster-environment plugin from Trainer(plugins=...): the launcher to read instead of detecting it
+        self.cluster_plugin: Any = None
         self._lightning_module: LightningModule | None = None
         self._model: torch.nn.Module | None = None
         self.optimizers: list[Optimizer] = []

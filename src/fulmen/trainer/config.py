@@ -43,6 +43,8 @@ class TrainerConfig:
     """A precision object from ``plugins=`` (then ``precision`` is its default), else None."""
     checkpoint_io: Any
     """A ``CheckpointIO`` from ``plugins=`` (the strategy's default ``TorchCheckpointIO`` otherwise)."""
+    cluster_environment: Any
+    """A cluster-environment plugin from ``plugins=`` (the launcher is detected otherwise)."""
     sync_batchnorm: bool
     """BatchNorm layers become SyncBatchNorm under DDP."""
     # -- the loop ---------------------------------------------------------------------------------------
@@ -214,7 +216,7 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
             f"Trainer(model_registry={a['model_registry']!r}): fulmen uploads nothing to a model registry; the "
             "argument is ignored (checkpoints are written locally)."
         )
-    precision_plugin, checkpoint_io = _from_plugins(a["plugins"], a["precision"])
+    precision_plugin, checkpoint_io, cluster_environment = _from_plugins(a["plugins"], a["precision"])
     precision = normalize_precision(a["precision"]) if precision_plugin is None else precision_plugin.name
     accelerator = select_accelerator(a["accelerator"])
     root = a["default_root_dir"]
@@ -222,6 +224,7 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
     return TrainerConfig(
         accelerator=accelerator, devices=accelerator.parse_devices(a["devices"]), strategy=a["strategy"],
         num_nodes=num_nodes, precision=precision, precision_plugin=precision_plugin, checkpoint_io=checkpoint_io,
+        cluster_environment=cluster_environment,
         sync_batchnorm=a["sync_batchnorm"], accumulate_grad_batches=accumulate, accumulation_schedule=schedule,
         deterministic=deterministic, benchmark=a["benchmark"], inference_mode=a["inference_mode"],
         detect_anomaly=a["detect_anomaly"], use_distributed_sampler=a["use_distributed_sampler"],
@@ -414,22 +417,25 @@ def _callback_list(callbacks: Any) -> list[Any]:
     return result
 
 
-def _from_plugins(plugins: Any, precision: Any) -> tuple[Precision | None, Any]:
-    """The precision object and the ``CheckpointIO`` among ``Trainer(plugins=...)`` (at most one of each);
-    a precision plugin is refused together with ``precision=``."""
+def _from_plugins(plugins: Any, precision: Any) -> tuple[Precision | None, Any, Any]:
+    """The precision object, the ``CheckpointIO`` and the cluster environment among ``Trainer(plugins=...)``
+    (at most one of each); a precision plugin is refused together with ``precision=``."""
+    from fulmen.plugins.environments import ClusterEnvironment
     from fulmen.plugins.io import CheckpointIO
 
     if plugins is None:
-        return None, None
+        return None, None, None
     items = plugins if isinstance(plugins, (list, tuple)) else [plugins]
     found: dict[str, Any] = {}
     for plugin in items:
-        kind = "precision" if isinstance(plugin, Precision) else "checkpoint_io" if isinstance(plugin, CheckpointIO) else None
+        kinds = {Precision: "precision", CheckpointIO: "checkpoint_io", ClusterEnvironment: "cluster_environment"}
+        kind = next((name for cls, name in kinds.items() if isinstance(plugin, cls)), None)
         if kind is None:
             raise MisconfigurationException(
                 f"plugins={plugins!r}: {type(plugin).__name__} is not a plugin fulmen knows. Pass precision "
-                "objects (Precision, MixedPrecision, HalfPrecision, DoublePrecision) or a CheckpointIO "
-                "(TorchCheckpointIO, AsyncCheckpointIO, or a subclass) from fulmen.plugins."
+                "objects (Precision, MixedPrecision, HalfPrecision, DoublePrecision), a CheckpointIO "
+                "(TorchCheckpointIO, AsyncCheckpointIO, or a subclass) or a cluster environment (SLURMEnvironment, "
+                "TorchElasticEnvironment, LightningEnvironment) from fulmen.plugins."
             )
         if kind in found:
             raise MisconfigurationException(
@@ -443,4 +449,4 @@ def _from_plugins(plugins: Any, precision: Any) -> tuple[Precision | None, Any]:
             f"Trainer(precision={precision!r}) and plugins=[{type(precision_plugin).__name__}(...)] both set the "
             "precision. Pass one of them."
         )
-    return precision_plugin, found.get("checkpoint_io")
+    return precision_plugin, found.get("checkpoint_io"), found.get("cluster_environment")

@@ -50,11 +50,23 @@ class SignalConnector:
     def received(self) -> int | None:
         return self._stop.signal
 
+    def _requeue_signal(self) -> int | None:
+        """The signal SLURM sends before the time limit: SIGUSR1, or a SLURMEnvironment plugin's choice."""
+        plugin = self.trainer.config.cluster_environment
+        chosen = getattr(plugin, "requeue_signal", None)
+        if chosen is not None:
+            return int(chosen)
+        usr1 = getattr(signal, "SIGUSR1", None)
+        return int(usr1) if usr1 is not None and _on_slurm() else None
+
+    def _auto_requeue(self) -> bool:
+        return bool(getattr(self.trainer.config.cluster_environment, "auto_requeue", True))
+
     def _signals(self) -> list[int]:
         wanted: list[int] = [signal.SIGTERM, signal.SIGINT]
-        usr1 = getattr(signal, "SIGUSR1", None)
-        if usr1 is not None and _on_slurm():
-            wanted.append(usr1)
+        requeue = self._requeue_signal()
+        if requeue is not None:
+            wanted.append(requeue)
         return wanted
 
     def install(self) -> None:
@@ -107,8 +119,9 @@ class SignalConnector:
         if interrupt.signum == signal.SIGINT:
             return
         if (
-            interrupt.signum == getattr(signal, "SIGUSR1", None)
+            interrupt.signum == self._requeue_signal()
             and _on_slurm()
+            and self._auto_requeue()
             and self.trainer.is_global_zero
         ):
             self._requeue()

@@ -102,7 +102,7 @@ class Trainer:
         config = parse_flags({k: v for k, v in locals().items() if k != "self"})
         strategy_ = select_strategy(
             config.strategy, config.accelerator, config.devices, config.num_nodes, config.precision,
-            config.precision_plugin, config.sync_batchnorm,
+            config.precision_plugin, config.sync_batchnorm, config.cluster_environment,
         )  # fmt: skip
         if config.checkpoint_io is not None:
             strategy_.checkpoint_io = config.checkpoint_io
