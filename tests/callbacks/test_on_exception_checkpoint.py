@@ -62,3 +62,11 @@ def test_an_explicit_ckpt_path_wins_and_a_finished_fit_leaves_no_file(tmp_path):
 def test_empty_filename_is_refused(tmp_path):
     with pytest.raises(ValueError, match="filename=''"):
         OnExceptionCheckpoint(tmp_path, filename="")
+
+
+def test_a_failed_save_does_not_hide_the_run_exception(tmp_path):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the checkpoint folder should be")
+    trainer = _trainer(OnExceptionCheckpoint(blocker), default_root_dir=tmp_path)
+    with pytest.warns(UserWarning, match="could not save"), pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(FailsAt(1))

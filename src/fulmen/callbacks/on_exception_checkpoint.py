@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from fulmen.callbacks.model_checkpoint import Checkpoint
 from fulmen.utilities import cloud_io
-from fulmen.utilities.rank_zero import rank_zero_info
+from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -40,7 +40,11 @@ class OnExceptionCheckpoint(Checkpoint):
         return cloud_io.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        trainer.save_checkpoint(self.ckpt_path)
+        try:
+            trainer.save_checkpoint(self.ckpt_path)
+        except Exception as err:  # the run's own exception is the one to see; say why no checkpoint exists
+            rank_zero_warn(f"OnExceptionCheckpoint could not save {self.ckpt_path!r}: {type(err).__name__}: {err}")
+            return
         rank_zero_info(
             f"{type(exception).__name__} ended the run: saved {self.ckpt_path!r}. The next trainer.fit() with "
             "this callback resumes from it."
