@@ -6,19 +6,81 @@
   read and removed;
 - a cluster environment (``SLURMEnvironment``, ``TorchElasticEnvironment``, ``LightningEnvironment``): which
   launcher's variables give the ranks (``fulmen.plugins.environments``).
+
+Each class loads from its module on first use.
 """
 
-from fulmen.plugins.environments import (
-    ClusterEnvironment,
-    LightningEnvironment,
-    SLURMEnvironment,
-    TorchElasticEnvironment,
-)
-from fulmen.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
-from fulmen.plugins.precision import *  # noqa: F403 - re-exported
-from fulmen.plugins.precision import __all__ as _precision_names
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fulmen.plugins.environments import (
+        ClusterEnvironment,
+        LightningEnvironment,
+        SLURMEnvironment,
+        TorchElasticEnvironment,
+    )
+    from fulmen.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+    from fulmen.plugins.precision import (
+        DoublePrecision,
+        DoublePrecisionPlugin,
+        HalfPrecision,
+        HalfPrecisionPlugin,
+        MixedPrecision,
+        MixedPrecisionPlugin,
+        NativeMixedPrecisionPlugin,
+        Precision,
+        PrecisionPlugin,
+    )
+
+_WHERE = {
+    "AsyncCheckpointIO": "io",
+    "CheckpointIO": "io",
+    "ClusterEnvironment": "environments",
+    "DoublePrecision": "precision",
+    "DoublePrecisionPlugin": "precision",
+    "HalfPrecision": "precision",
+    "HalfPrecisionPlugin": "precision",
+    "LightningEnvironment": "environments",
+    "MixedPrecision": "precision",
+    "MixedPrecisionPlugin": "precision",
+    "NativeMixedPrecisionPlugin": "precision",
+    "Precision": "precision",
+    "PrecisionPlugin": "precision",
+    "SLURMEnvironment": "environments",
+    "TorchCheckpointIO": "io",
+    "TorchElasticEnvironment": "environments",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fulmen.plugins' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"fulmen.plugins.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
 
 __all__ = [
-    "AsyncCheckpointIO", "CheckpointIO", "ClusterEnvironment", "LightningEnvironment", "SLURMEnvironment",
-    "TorchCheckpointIO", "TorchElasticEnvironment", *_precision_names,
-]  # fmt: skip
+    "AsyncCheckpointIO",
+    "CheckpointIO",
+    "ClusterEnvironment",
+    "DoublePrecision",
+    "DoublePrecisionPlugin",
+    "HalfPrecision",
+    "HalfPrecisionPlugin",
+    "LightningEnvironment",
+    "MixedPrecision",
+    "MixedPrecisionPlugin",
+    "NativeMixedPrecisionPlugin",
+    "Precision",
+    "PrecisionPlugin",
+    "SLURMEnvironment",
+    "TorchCheckpointIO",
+    "TorchElasticEnvironment",
+]

@@ -138,7 +138,7 @@ class TrainerConfig:
     @property
     def active_profiler(self) -> Any:
         """The profiler that records the runs; None when it records nothing (no hook is wrapped then)."""
-        from fulmen.profilers import PassThroughProfiler
+        from fulmen.profilers.profiler import PassThroughProfiler
 
         return None if isinstance(self.profiler, PassThroughProfiler) else self.profiler
 
@@ -357,10 +357,12 @@ _PROFILERS = {"simple": "SimpleProfiler", "advanced": "AdvancedProfiler", "pytor
 
 
 def _profiler(value: Any) -> Any:
-    from fulmen import profilers
+    from fulmen.profilers.profiler import PassThroughProfiler, Profiler
 
     if value is None:
-        return profilers.PassThroughProfiler()
+        return PassThroughProfiler()
+    from fulmen import profilers
+
     if isinstance(value, str):
         name = _PROFILERS.get(value.lower())
         if name is None:
@@ -369,7 +371,7 @@ def _profiler(value: Any) -> Any:
                 "Profiler object (fulmen.profilers.SimpleProfiler(dirpath=..., filename=...), ...)."
             )
         return getattr(profilers, name)()
-    if not isinstance(value, profilers.Profiler):
+    if not isinstance(value, Profiler):
         raise MisconfigurationException(
             f"Trainer(profiler={value!r}): expected None, one of {sorted(_PROFILERS)}, or a "
             f"fulmen.profilers.Profiler; got a {type(value).__name__}."
@@ -420,11 +422,11 @@ def _callback_list(callbacks: Any) -> list[Any]:
 def _from_plugins(plugins: Any, precision: Any) -> tuple[Precision | None, Any, Any]:
     """The precision object, the ``CheckpointIO`` and the cluster environment among ``Trainer(plugins=...)``
     (at most one of each); a precision plugin is refused together with ``precision=``."""
+    if plugins is None:
+        return None, None, None
     from fulmen.plugins.environments import ClusterEnvironment
     from fulmen.plugins.io import CheckpointIO
 
-    if plugins is None:
-        return None, None, None
     items = plugins if isinstance(plugins, (list, tuple)) else [plugins]
     found: dict[str, Any] = {}
     for plugin in items:
