@@ -11,6 +11,9 @@
    global batch, and no host sync in the step (DDP's all-reduce and ``sync_dist`` logging included).
 5. The batch-size finder against real CUDA out-of-memory errors (power, then binsearch): both finish, with a
    size that ran and memory freed between trials.
+6. The ecosystem on the device: DeviceStatsMonitor logs the CUDA allocator's statistics, ThroughputMonitor
+   logs rates and FLOPs, AsyncCheckpointIO saves CUDA weights (snapshot to host memory) that load back equal,
+   EMAWeightAveraging keeps its average on the GPU, and the PyTorch profiler's trace holds CUDA kernels.
 
 Prints a table and, when ``$OUT`` is set, writes ``$OUT/gpu_checks.json``. ``--cpu-dry-run`` runs checks 2,
 3 and 4 on the CPU (float16 autocast with a CPU scaler, DDP over gloo with two processes) to test the script
@@ -318,6 +321,40 @@ def check_batch_size_finder() -> None:
                f"chose {size} in {time.perf_counter() - started:.1f} s; {free:.1f} GiB free afterwards")  # fmt: skip
 
 
+def check_ecosystem(device: str) -> None:
+    import tempfile
+
+    from fulmen.callbacks import DeviceStatsMonitor, EMAWeightAveraging, ThroughputMonitor
+    from fulmen.loggers import CSVLogger
+    from fulmen.plugins import AsyncCheckpointIO
+    from fulmen.profilers import PyTorchProfiler
+    from fulmen.utilities import checkpoint_io
+
+    with tempfile.TemporaryDirectory() as folder:
+        model = MLP()
+        profiler = PyTorchProfiler(dirpath=folder, filename="trace")
+        callbacks = [DeviceStatsMonitor(), ThroughputMonitor(batch_size_fn=lambda b: b[0].shape[0], window_size=5),
+                     EMAWeightAveraging(decay=0.9)]  # fmt: skip
+        trainer = fulmen.Trainer(accelerator=device, devices=1, max_epochs=2, limit_train_batches=20,
+                                 log_every_n_steps=5, logger=CSVLogger(folder), callbacks=callbacks,
+                                 plugins=[AsyncCheckpointIO()], profiler=profiler, enable_progress_bar=False,
+                                 enable_model_summary=False, default_root_dir=folder)  # fmt: skip
+        trainer.fit(model, data(device, n=20 * 32))
+        with open(os.path.join(trainer.log_dir, "metrics.csv")) as f:
+            header = f.readline()
+        key = "allocated_bytes.all.current" if device == "cuda" else "cpu_percent"
+        report("DeviceStatsMonitor on the device", key in header, f"{key!r} {'in' if key in header else 'missing from'} metrics.csv")
+        report("ThroughputMonitor", "train/device/samples_per_sec" in header, "train/device/samples_per_sec logged")
+        saved = checkpoint_io.load(trainer.checkpoint_callback.best_model_path, map_location="cpu")
+        same = all(torch.equal(saved["state_dict"][k].cpu(), v.cpu()) for k, v in model.state_dict().items())
+        report("AsyncCheckpointIO with device weights", same, "the saved (averaged) weights equal the module's at the end")
+        with open(os.path.join(folder, "fit-trace.pt.trace.json")) as f:
+            trace = f.read()
+        kernels = '"cat": "kernel"' in trace
+        report("PyTorchProfiler trace", kernels or device != "cuda",
+               "CUDA kernels in the trace" if kernels else "no CUDA kernels (CPU run)")  # fmt: skip
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -350,6 +387,7 @@ def main() -> int:
     check_ddp(device)
     if device == "cuda":
         check_batch_size_finder()
+    check_ecosystem(device)
 
     width = max(len(r[0]) for r in RESULTS)
     for check, outcome, detail in RESULTS:
