@@ -53,9 +53,10 @@ class EvaluationLoop:
             hooks.call_module(f"on_{stage}_start")
             hooks.call_callbacks(f"on_{stage}_epoch_start")
             hooks.call_module(f"on_{stage}_epoch_start")
+            fetch = f"[_EvaluationLoop].{'val' if stage == 'validation' else stage}_next"  # Lightning's name
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
                 extra = (dl_idx,) if multiple else ()
-                batches = prefetch_iterator(hooks, f"[_EvaluationLoop].{'val' if stage == 'validation' else stage}_next", loader, limit)
+                batches = prefetch_iterator(hooks, fetch, loader, limit)
                 for batch_idx, (batch, last) in enumerate(batches):
                     batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
                     self.results.set_batch(batch, dl_idx if multiple else None)

@@ -4,6 +4,7 @@ The whole loop, every hook in order (``cb.`` callbacks then ``module.``; hooks i
 
     setup: configure_callbacks, prepare_data, setup("fit"), configure_model, configure_optimizers
     on_fit_start                                           # from here on: FitLoop.run
+    [a checkpoint's optimizer, scheduler and loop state restored]
     [sanity check: on_sanity_check_start, <validation run>, on_sanity_check_end]
     on_train_start
     for epoch in epochs:                                   # until max_epochs / max_steps / should_stop
