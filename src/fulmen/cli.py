@@ -344,7 +344,8 @@ def main(argv: list[str] | None = None) -> None:
             argv += ["--data", _DEMO_DATA]
         if not any(a.startswith("--trainer.max_epochs") for a in argv):
             argv += ["--trainer.max_epochs", "20"]
-        print(f"No --model given: the bundled digits demo (fulmen {argv[0]} --help for options).")
+        # on stderr: `fulmen fit --print_config > cfg.yaml` must leave a config that `--config cfg.yaml` reads
+        print(f"No --model given: the bundled digits demo (fulmen {argv[0]} --help for options).", file=sys.stderr)
     LightningCLI(args=argv)
 
 

@@ -70,8 +70,22 @@ def test_fulmen_fit_without_model_trains_the_demo(tmp_path, capsys):
     pytest.importorskip("sklearn")
     main(["fit", "--trainer.max_epochs=1", "--trainer.limit_train_batches=3", "--trainer.enable_progress_bar=false",
           f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
-    out = capsys.readouterr().out
-    assert "digits demo" in out and "checkpoints:" in out
+    captured = capsys.readouterr()
+    assert "digits demo" in captured.err and "checkpoints:" in captured.out
+
+
+def test_print_config_of_the_demo_is_a_config_fit_reads(tmp_path, capsys):
+    pytest.importorskip("sklearn")
+    with pytest.raises(SystemExit) as exited:
+        main(["fit", "--print_config"])
+    assert exited.value.code in (0, None)
+    printed = capsys.readouterr().out
+    config = tmp_path / "cfg.yaml"
+    config.write_text(printed)
+    assert yaml.safe_load(printed)["model"]["class_path"] == "fulmen.demos.digits.DigitsClassifier"
+    main(["fit", "--config", str(config), "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
+          "--trainer.limit_val_batches=1", "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={tmp_path}"])  # fmt: skip
+    assert "checkpoints:" in capsys.readouterr().out
 
 
 def test_plot_command(tmp_path):

@@ -236,6 +236,8 @@ class HookDispatcher:
             name not in _NOOP_MODULE_HOOKS or is_overridden(name, module, LightningModule)
         ):
             fn = getattr(module, name, None)
+        if fn is not None and name in _STEP_NAMES:
+            fn = _fit_step_arguments(name, fn, type(module).__name__)
         self._module_cache[name] = fn
         return fn
 
@@ -355,6 +357,41 @@ class ProfilingHookDispatcher(HookDispatcher):
 
 # the module's hooks the strategy runs as its own steps: recorded under the strategy's name, as Lightning does
 _STRATEGY_ACTIONS = frozenset({"training_step", "validation_step", "test_step", "predict_step", "backward"})
+
+_STEP_NAMES = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+_STAGE_LOADER = {"validation_step": "val_dataloader", "test_step": "test_dataloader", "predict_step": "predict_dataloader"}
+
+
+def _fit_step_arguments(name: str, fn: Callable[..., Any], owner: str) -> Callable[..., Any]:
+    """A step method that takes fewer positional arguments than the loop passes (``training_step(self,
+    batch)``, common in tutorials) gets only those: ``batch_idx`` and ``dataloader_idx`` are passed when its
+    signature has room for them, as Lightning does. Steps that take them all are returned unwrapped (the
+    usual case pays nothing)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return fn
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return fn
+    room = sum(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params)
+    # training_step gets (batch, batch_idx) (the 1.x optimizer_idx only when it asks for it); the evaluation
+    # steps also get dataloader_idx with several loaders. Enough room: no wrapper, nothing paid per step.
+    if room >= (2 if name == "training_step" else 3):
+        return fn
+
+    @functools.wraps(fn)
+    def step(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > room:
+            if len(args) >= 3 and room < 3 and name in _STAGE_LOADER:
+                raise RuntimeError(
+                    f"You provided multiple `{_STAGE_LOADER[name]}`, but no `dataloader_idx` argument in "
+                    f"`{owner}.{name}()`. Try adding `dataloader_idx=0` to its signature."
+                )
+            args = args[:room]
+        return fn(*args, **kwargs)
+
+    return step
+
 
 _UNKNOWN: Any = object()  # not looked up yet (None means: no such hook, or a default no-op)
 

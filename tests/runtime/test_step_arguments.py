@@ -1,0 +1,61 @@
+"""Step methods get batch_idx / dataloader_idx only when their signature takes them, as Lightning passes them."""
+
+from __future__ import annotations
+
+import pytest
+
+import fulmen
+from fulmen.demos.boring_classes import BoringModel
+from fulmen.runtime.hooks import _fit_step_arguments
+
+
+class BatchOnly(BoringModel):
+    def training_step(self, batch):
+        return super().training_step(batch, 0)
+
+    def validation_step(self, batch):
+        self.log("v", 1.0)
+
+    def predict_step(self, batch):
+        return self(batch)
+
+
+def _trainer(tmp_path):
+    return fulmen.Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, limit_predict_batches=1,
+                          logger=False, enable_progress_bar=False, enable_model_summary=False,
+                          default_root_dir=tmp_path)  # fmt: skip
+
+
+def test_steps_without_batch_idx_run(tmp_path):
+    trainer = _trainer(tmp_path)
+    trainer.fit(BatchOnly())
+    assert trainer.global_step == 2 and float(trainer.callback_metrics["v"]) == 1.0
+    assert len(trainer.predict(BatchOnly())) == 1
+
+
+def test_several_eval_loaders_need_dataloader_idx(tmp_path):
+    class TwoLoaders(BoringModel):
+        def validation_step(self, batch, batch_idx):
+            self.log("v", 1.0)
+
+        def val_dataloader(self):
+            return [super().val_dataloader(), super().val_dataloader()]
+
+    with pytest.raises(RuntimeError, match=r"multiple `val_dataloader`, but no `dataloader_idx` argument in "
+                                           r"`TwoLoaders.validation_step\(\)`"):  # fmt: skip
+        _trainer(tmp_path).fit(TwoLoaders())
+
+
+def test_the_usual_signatures_are_not_wrapped():
+    model = BoringModel()
+    assert _fit_step_arguments("training_step", model.training_step, "BoringModel") == model.training_step
+    def full(batch, batch_idx, dataloader_idx=0):
+        return batch
+
+    assert _fit_step_arguments("validation_step", full, "M") is full
+    assert _fit_step_arguments("validation_step", model.validation_step, "M") != model.validation_step  # no room
+
+    def variadic(*args):
+        return args
+
+    assert _fit_step_arguments("validation_step", variadic, "M") is variadic
