@@ -143,7 +143,9 @@ class LightningCLI:
         parser.add_class_arguments(
             self.trainer_class, "trainer", fail_untyped=False, sub_configs=True, instantiate=False
         )
-        parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items()})
+        # callbacks in trainer_defaults are objects, not parser defaults: they are added to the trainer's
+        # callbacks when it is made (as Lightning does), after those from the command line / config
+        parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
         self._add_component(
             parser, "model", self.model_class, LightningModule, self.subclass_mode_model, True
         )
@@ -185,6 +187,8 @@ class LightningCLI:
             # the subcommand's own section: `fulmen fit --config <saved file>` repeats the run
             sub = self._subparsers[self.subcommand]
             callbacks.append(self.save_config_callback(sub, section, **self.save_config_kwargs))
+        defaults = self.trainer_defaults.get("callbacks") or []
+        callbacks += defaults if isinstance(defaults, list) else [defaults]
         kwargs["callbacks"] = callbacks
         return self.trainer_class(**kwargs)
 

@@ -125,3 +125,15 @@ def test_fulmen_predict_writes_through_a_prediction_writer_and_says_where(tmp_pa
 
     main(["predict", *common])  # no writer: it says nothing was kept, and how to keep it
     assert "computed and not saved" in capsys.readouterr().out
+
+
+def test_trainer_defaults_may_hold_callback_objects(tmp_path):
+    from fulmen.callbacks import EarlyStopping, LearningRateMonitor
+
+    single = EarlyStopping(monitor="x")
+    cli = LightningCLI(args=["--trainer.max_epochs=1", "--model", BORING, "--data", BORING_DATA], run=False,
+                       trainer_defaults={"callbacks": single, "default_root_dir": str(tmp_path)})  # fmt: skip
+    assert single in cli.trainer.callbacks and cli.trainer.default_root_dir == str(tmp_path)
+    several = [LearningRateMonitor(), EarlyStopping(monitor="y")]
+    cli = LightningCLI(args=["--model", BORING, "--data", BORING_DATA], run=False, trainer_defaults={"callbacks": several})
+    assert all(cb in cli.trainer.callbacks for cb in several)
