@@ -41,6 +41,32 @@ class restricted_classmethod(Generic[T]):
         return functools.partial(self.method, owner)
 
 
+def load_hparams_from_yaml(config_yaml: str | Path, use_omegaconf: bool = True) -> dict[str, Any]:
+    """The hyperparameters in a YAML file (local or an fsspec URL); ``{}`` with a warning when it is missing.
+    ``use_omegaconf`` is accepted for Lightning's signature; the file is read as plain YAML."""
+    import yaml
+
+    from fulmen.utilities import cloud_io
+    from fulmen.utilities.rank_zero import rank_zero_warn
+
+    if not cloud_io.exists(config_yaml):
+        rank_zero_warn(f"Missing Tags: {os.fspath(config_yaml)}.")
+        return {}
+    data = yaml.safe_load(cloud_io.read_bytes(config_yaml).decode("utf-8")) or {}
+    return dict(data)
+
+
+def save_hparams_to_yaml(config_yaml: str | Path, hparams: Any, use_omegaconf: bool = True) -> None:
+    """Write ``hparams`` (a dict or Namespace) to a YAML file whose folder must exist."""
+    from fulmen.utilities import cloud_io
+    from fulmen.utilities.parsing import hparams_yaml
+
+    folder = cloud_io.dirname(cloud_io.local(config_yaml))
+    if folder and not cloud_io.isdir(folder):
+        raise RuntimeError(f"Missing folder: {folder}.")
+    cloud_io.write_text(config_yaml, hparams_yaml(hparams))
+
+
 def _read_hparams_file(path: str | Path) -> dict[str, Any]:
     import yaml
 

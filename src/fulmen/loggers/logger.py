@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fulmen.utilities import cloud_io
+from fulmen.utilities.parsing import hparams_yaml
 from fulmen.utilities.rank_zero import rank_zero_only
 
 
@@ -188,20 +189,29 @@ def sanitize_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def save_hparams_yaml(path: str, hparams: dict[str, Any]) -> None:
     """hparams.yaml with plain values; objects YAML can't express are written as their repr."""
-    import yaml
-
-    def plain(v: Any) -> Any:
-        if isinstance(v, (int, float, str, bool)) or v is None:
-            return v
-        if isinstance(v, dict):
-            return {str(k): plain(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
-        if isinstance(v, Namespace):
-            return plain(vars(v))
-        return repr(v)
-
-    cloud_io.write_text(path, yaml.safe_dump(plain(dict(hparams)), sort_keys=False))
+    cloud_io.write_text(path, hparams_yaml(hparams))
 
 
-__all__ = ["Logger", "rank_zero_only"]
+class DummyLogger(Logger):
+    """A logger that logs nothing (what a run uses where a logger object must exist but nothing is kept)."""
+
+    @property
+    def experiment(self) -> _DummyExperiment:
+        return _DummyExperiment()
+
+    @property
+    def name(self) -> str:
+        return ""
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        pass
+
+    def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+__all__ = ["DummyLogger", "Logger", "rank_zero_only"]

@@ -1,6 +1,7 @@
 """Utilities users import by name: ``rank_zero_only``, ``seed_everything``, ``AttributeDict``."""
 
 from fulmen.utilities.apply_func import apply_to_collection, move_data_to_device
+from fulmen.utilities.enums import LightningEnum
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.parsing import AttributeDict
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
@@ -8,6 +9,7 @@ from fulmen.utilities.seed import seed_everything
 
 __all__ = [
     "AttributeDict",
+    "LightningEnum",
     "MisconfigurationException",
     "apply_to_collection",
     "move_data_to_device",

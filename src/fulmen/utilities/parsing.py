@@ -146,3 +146,23 @@ def parse_time(value: Any, flag: str = "max_time") -> datetime.timedelta | None:
         f"{flag}={value!r} is not understood. Use a 'DD:HH:MM:SS' string (e.g. '00:12:00:00'), a dict like "
         '{"days": 1, "hours": 5}, or a datetime.timedelta.'
     )
+
+
+def hparams_yaml(hparams: Any) -> str:
+    """Hyperparameters as YAML with plain values; objects YAML cannot express are written as their repr."""
+    from argparse import Namespace
+
+    import yaml
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            return v
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, Namespace):
+            return plain(vars(v))
+        return repr(v)
+
+    return str(yaml.safe_dump(plain(dict(vars(hparams) if isinstance(hparams, Namespace) else hparams)), sort_keys=False))
