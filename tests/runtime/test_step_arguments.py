@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import fulmen
 from fulmen.demos.boring_classes import BoringModel
@@ -59,3 +60,26 @@ def test_the_usual_signatures_are_not_wrapped():
         return args
 
     assert _fit_step_arguments("validation_step", variadic, "M") is variadic
+
+
+def test_warnings_lightning_gives_for_a_skipped_step_and_a_missing_val_loader(tmp_path):
+    class SkipsAll(fulmen.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(32, 2)
+
+        def training_step(self, batch, batch_idx):
+            return None
+
+        def validation_step(self, batch, batch_idx):
+            pass
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = _trainer(tmp_path)
+    with pytest.warns(UserWarning) as record:
+        trainer.fit(SkipsAll(), torch.utils.data.DataLoader(torch.randn(8, 32), batch_size=4))
+    messages = [str(w.message) for w in record]
+    assert messages.count("`training_step` returned `None`. If this was on purpose, ignore this warning...") == 1
+    assert "You defined a `validation_step` but have no `val_dataloader`. Skipping val loop." in messages

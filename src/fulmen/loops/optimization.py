@@ -16,6 +16,7 @@ from torch import Tensor
 
 from fulmen.runtime.hooks import training_step_takes_optimizer_idx
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import WarningCache
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
@@ -101,6 +102,8 @@ class Closure:
         else:
             result = ClosureResult.from_step_output(output, self._window)
             loss = result.closure_loss
+            if output is None:  # Lightning's words, once per run: filters written for it keep working
+                loop.warnings.warn("`training_step` returned `None`. If this was on purpose, ignore this warning...")
         if self._first:
             if loop._inline_zero_grad:
                 optimizer.zero_grad(set_to_none=True)  # the default optimizer_zero_grad
@@ -141,6 +144,7 @@ class AutomaticOptimization:
 
     def __init__(self, context: RunContext) -> None:
         self.context = context
+        self.warnings = WarningCache()
         self.pass_optimizer_idx = False  # training_step takes optimizer_idx (decided once per fit)
         self.active: list[int] = [0]  # the optimizers that run on the current batch
         # the hooks left at their defaults run inline in the hot loop (see plan())

@@ -151,6 +151,9 @@ class StageRunner:
                 rank_zero_warn(
                     "Validation data was given but the module has no `validation_step()`: validation is skipped."
                 )
+            elif step_overridden(model, "val") and not data.has_source("val"):
+                # Lightning's words, so that filters and searches written for them match
+                rank_zero_warn("You defined a `validation_step` but have no `val_dataloader`. Skipping val loop.")
         elif fn == TrainerFn.VALIDATING and not step_overridden(model, "val"):
             raise MisconfigurationException(f"trainer.validate() needs `validation_step()` in {name}.")
         elif fn == TrainerFn.TESTING and not step_overridden(model, "test"):
