@@ -65,8 +65,7 @@ def test_simple_profiler_records_each_stage_once(tmp_path):
 @oracle.parity
 def test_action_names_are_lightnings(tmp_path):
     """Every action fulmen records for a module hook, a callback hook or a strategy step is one Lightning
-    records for the same run. fulmen adds run_validation, and on_validation_model_train, which it calls as a
-    hook where Lightning 2.6 restores the modules' modes itself; it records no hook left at a no-op."""
+    records for the same run. fulmen adds run_validation; it records no hook left at a no-op."""
     pl = oracle.lightning()
     from lightning.pytorch.demos.boring_classes import BoringModel as LBoring
     from lightning.pytorch.profilers import SimpleProfiler as LSimple
@@ -78,7 +77,7 @@ def test_action_names_are_lightnings(tmp_path):
     ours = SimpleProfiler()
     _fit(ours, tmp_path / "f")
     extra = set(ours.recorded_durations) - set(theirs.recorded_durations)
-    assert extra == {"run_validation", "[LightningModule]BoringModel.on_validation_model_train"}
+    assert extra == {"run_validation"}
     for name in ("run_training_batch", "[Strategy]SingleDeviceStrategy.training_step", "[_EvaluationLoop].val_next"):
         assert len(ours.recorded_durations[name]) == len(theirs.recorded_durations[name])
 

@@ -8,6 +8,7 @@ import torch
 import fulmen
 from fulmen.demos.boring_classes import BoringModel
 from fulmen.runtime.hooks import _fit_step_arguments
+from tests.parity import oracle
 
 
 class BatchOnly(BoringModel):
@@ -83,3 +84,28 @@ def test_warnings_lightning_gives_for_a_skipped_step_and_a_missing_val_loader(tm
     messages = [str(w.message) for w in record]
     assert messages.count("`training_step` returned `None`. If this was on purpose, ignore this warning...") == 1
     assert "You defined a `validation_step` but have no `val_dataloader`. Skipping val loop." in messages
+
+
+@oracle.parity
+def test_submodule_modes_survive_validation_as_in_lightning(tmp_path):
+    pl = oracle.lightning()
+    from lightning.pytorch.demos.boring_classes import BoringModel as LBoring
+
+    def run(trainer_cls, base):
+        class Frozen(base):
+            def __init__(self):
+                super().__init__()
+                self.encoder = torch.nn.Sequential(torch.nn.Dropout(0.1), torch.nn.BatchNorm1d(32))
+                self.encoder.eval()  # frozen by the user: must stay in eval mode after validation
+
+            def on_train_epoch_end(self):
+                self.modes = {name: m.training for name, m in self.named_modules()}
+
+        model = Frozen()
+        trainer = trainer_cls(max_epochs=2, limit_train_batches=2, limit_val_batches=1, logger=False,
+                              enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+        trainer.fit(model)
+        return model.modes
+
+    ours, theirs = run(fulmen.Trainer, BoringModel), run(pl.Trainer, LBoring)
+    assert ours == theirs and ours["encoder"] is False and ours[""] is True

@@ -48,6 +48,8 @@ class EvaluationLoop:
         with no_grad_context(context.config.inference_mode):
             if in_fit and not sanity_checking:
                 hooks.call_module("on_validation_model_zero_grad")
+            module = context.module
+            modes = {name: m.training for name, m in module.named_modules()} if module is not None else {}
             hooks.call_module(f"on_{stage}_model_eval")
             hooks.call_callbacks(f"on_{stage}_start")
             hooks.call_module(f"on_{stage}_start")
@@ -78,7 +80,11 @@ class EvaluationLoop:
                 self.has_run = True
             hooks.call_callbacks(f"on_{stage}_end")
             hooks.call_module(f"on_{stage}_end")
-            hooks.call_module(f"on_{stage}_model_train")
+            if hooks.module_overrides(f"on_{stage}_model_train") or module is None:
+                hooks.call_module(f"on_{stage}_model_train")
+            else:  # each submodule back in its own mode (one the user froze with .eval() stays in eval)
+                for name, submodule in module.named_modules():
+                    submodule.training = modes.get(name, submodule.training)
         context.results = previous_results
         return output_metrics
 
