@@ -38,13 +38,10 @@ class Accelerator:
 
 def get_cpu_stats() -> dict[str, float]:
     """CPU and memory use of the machine (``psutil``, imported here only)."""
-    try:
-        import psutil
-    except ImportError as err:
-        raise ModuleNotFoundError(
-            "CPU statistics need the `psutil` package, which is not installed: pip install 'fulmen[psutil]' "
-            "(or pip install psutil)."
-        ) from err
+    from fulmen.utilities.imports import require
+
+    require("psutil", "psutil", "CPU statistics")
+    import psutil
     return {
         "cpu_vm_percent": psutil.virtual_memory().percent,
         "cpu_percent": psutil.cpu_percent(),

@@ -7,8 +7,9 @@ the tuner, which some callbacks run, can itself define callbacks without an impo
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from fulmen.utilities.imports import lazy_exports
 
 if TYPE_CHECKING:
     from fulmen.callbacks.batch_size_finder import BatchSizeFinder
@@ -65,16 +66,7 @@ _WHERE = {
     "WeightAveraging": "weight_averaging",
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fulmen.callbacks' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"fulmen.callbacks.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_exports("fulmen.callbacks", _WHERE)
 
 
 __all__ = [

@@ -14,22 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.model_summary import ModelSummary
 from fulmen.callbacks.progress import RefreshingBar
+from fulmen.utilities.imports import require
 from fulmen.utilities.model_summary import _human, summarize
 from fulmen.utilities.rank_zero import rank_zero_only
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
     from fulmen.trainer.trainer import Trainer
-
-
-def _require_rich(component: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("rich") is None:
-        raise ModuleNotFoundError(
-            f"{component} needs the `rich` package, which is not installed: pip install 'fulmen[rich]' "
-            "(or pip install rich)."
-        )
 
 
 @dataclass
@@ -61,7 +52,7 @@ class RichProgressBar(RefreshingBar):
         theme: RichProgressBarTheme | None = None,
         console_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        _require_rich("RichProgressBar")
+        require("rich", "rich", "RichProgressBar")
         super().__init__(refresh_rate)
         self._leave = leave
         self.theme = theme or RichProgressBarTheme()
@@ -255,7 +246,7 @@ class RichModelSummary(ModelSummary):
     """``ModelSummary`` drawn as a rich table, with the parameter totals below it."""
 
     def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
-        _require_rich("RichModelSummary")
+        require("rich", "rich", "RichModelSummary")
         super().__init__(max_depth=max_depth, **summarize_kwargs)
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

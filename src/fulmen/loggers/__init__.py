@@ -4,8 +4,9 @@ each module imports its package (tensorboard, mlflow, ...) only when the logger 
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from fulmen.utilities.imports import lazy_exports
 
 if TYPE_CHECKING:
     from fulmen.loggers.comet import CometLogger
@@ -26,16 +27,7 @@ _WHERE = {
     "WandbLogger": "wandb",
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fulmen.loggers' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"fulmen.loggers.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_exports("fulmen.loggers", _WHERE)
 
 
 __all__ = [

@@ -6,7 +6,8 @@ from __future__ import annotations
 from argparse import Namespace
 from typing import Any
 
-from fulmen.loggers.logger import Logger, rank_zero_experiment, require
+from fulmen.loggers.logger import Logger, rank_zero_experiment
+from fulmen.utilities.imports import require
 from fulmen.utilities.rank_zero import rank_zero_only
 
 

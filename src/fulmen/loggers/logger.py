@@ -137,17 +137,6 @@ def checkpoint_metadata(checkpoint_callback: Any, path: str, score: Any) -> dict
     }
 
 
-def require(package: str, extra: str, logger: str) -> None:
-    """Fail at construction, naming the extra, when a logger's package is missing."""
-    import importlib.util
-
-    if importlib.util.find_spec(package) is None:
-        raise ModuleNotFoundError(
-            f"{logger} needs the `{package}` package, which is not installed: pip install 'fulmen[{extra}]' "
-            f"(or pip install {package})."
-        )
-
-
 def next_version(root: str) -> int:
     """One more than the largest existing ``version_N`` folder in ``root`` (0 if none)."""
     versions = []

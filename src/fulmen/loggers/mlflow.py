@@ -16,9 +16,9 @@ from fulmen.loggers.logger import (
     checkpoint_metadata,
     flatten_params,
     rank_zero_experiment,
-    require,
     scan_checkpoints,
 )
+from fulmen.utilities.imports import require
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 
 _FILE_PREFIX = "file:"

@@ -8,7 +8,8 @@ import os
 from argparse import Namespace
 from typing import Any
 
-from fulmen.loggers.logger import Logger, flatten_params, rank_zero_experiment, require
+from fulmen.loggers.logger import Logger, flatten_params, rank_zero_experiment
+from fulmen.utilities.imports import require
 from fulmen.utilities.rank_zero import rank_zero_only
 
 

@@ -13,10 +13,10 @@ from fulmen.loggers.logger import (
     Logger,
     checkpoint_metadata,
     rank_zero_experiment,
-    require,
     scan_checkpoints,
 )
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import require
 from fulmen.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 

@@ -12,8 +12,9 @@ Each class loads from its module on first use.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from fulmen.utilities.imports import lazy_exports
 
 if TYPE_CHECKING:
     from fulmen.plugins.environments import (
@@ -54,16 +55,7 @@ _WHERE = {
     "TorchElasticEnvironment": "environments",
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fulmen.plugins' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"fulmen.plugins.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_exports("fulmen.plugins", _WHERE)
 
 
 __all__ = [

@@ -5,8 +5,9 @@ recorded and the hot loop runs exactly as without this package. Each class loads
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from fulmen.utilities.imports import lazy_exports
 
 if TYPE_CHECKING:
     from fulmen.profilers.advanced import AdvancedProfiler
@@ -22,16 +23,7 @@ _WHERE = {
     "SimpleProfiler": "simple",
 }
 
-
-def __getattr__(name: str) -> object:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fulmen.profilers' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"fulmen.profilers.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_exports("fulmen.profilers", _WHERE)
 
 
 __all__ = [
