@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidTypeError, InvalidValueError, MisconfigurationException
 
 _ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu", "hpu")
 
@@ -138,16 +138,16 @@ def _as_count(devices: Any) -> int | None:
         try:
             devices = int(devices.strip())
         except ValueError:
-            raise MisconfigurationException(
+            raise InvalidTypeError(
                 f"devices={devices!r} is not understood. Use a number of devices, -1 (all), 'auto', a list of "
                 "indices or a comma-separated string of indices like '0,1'."
             ) from None
     if isinstance(devices, bool) or not isinstance(devices, int):
-        raise MisconfigurationException(
+        raise InvalidTypeError(
             f"devices={devices!r} must be an int, a list of ints, a string such as '2' or '0,1', or 'auto'."
         )
     if devices == 0 or devices < -1:
-        raise MisconfigurationException(
+        raise InvalidTypeError(
             f"devices={devices!r} is not valid: use a positive number of devices, -1 for all, or 'auto'."
         )
     return devices
@@ -171,7 +171,7 @@ def select_accelerator(accelerator: str | Accelerator) -> Accelerator:
     if isinstance(accelerator, Accelerator):
         return accelerator
     if not isinstance(accelerator, str) or accelerator.lower() not in _ACCELERATORS:
-        raise MisconfigurationException(
+        raise InvalidValueError(
             f"accelerator={accelerator!r} is not supported. Use one of {list(_ACCELERATORS)} "
             "or an Accelerator instance."
         )

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.optim import LBFGS, Optimizer
 
 from fulmen.utilities.apply_func import apply_to_collection
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: one object, not one per forward
@@ -47,7 +47,7 @@ def normalize_precision(precision: Any) -> str:
                 f"Write precision={new!r} to silence this warning."
             )
         return new
-    raise MisconfigurationException(
+    raise InvalidValueError(
         f"precision={precision!r} is not supported. Use one of {list(_PRECISIONS)} "
         "(or the older spellings 16, 32, 64, '16', '32', '64', 'bf16')."
     )

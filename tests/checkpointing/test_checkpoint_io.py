@@ -194,3 +194,22 @@ def test_save_on_exception_writes_a_checkpoint_in_dirpath(tmp_path):
         trainer.fit(Boom())
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["exception-epoch=0-step=2.ckpt"]
     assert checkpoint_io.load(tmp_path / "ck" / "exception-epoch=0-step=2.ckpt")["global_step"] == 2
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage"])
+@pytest.mark.parametrize("weights_only", [True, False])
+def test_a_damaged_file_is_named_as_not_a_complete_checkpoint(tmp_path, damage, weights_only):
+    good = tmp_path / "good.ckpt"
+    checkpoint_io.save({"state_dict": {"w": torch.randn(64, 64)}, "epoch": 3}, good)
+    data = good.read_bytes()
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes({"truncated": data[: len(data) // 2], "empty": b"", "garbage": b"not a checkpoint" * 9}[damage])
+    with pytest.raises(checkpoint_io.CorruptCheckpointError, match=r"bad\.ckpt' is not a complete checkpoint"):
+        checkpoint_io.load(bad, weights_only=weights_only)
+    with pytest.raises(checkpoint_io.CorruptCheckpointError, match="bad.ckpt"):
+        BoringModel.load_from_checkpoint(bad)
+    trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      default_root_dir=tmp_path)  # fmt: skip
+    with pytest.raises(checkpoint_io.CorruptCheckpointError, match="bad.ckpt"):
+        trainer.fit(BoringModel(), ckpt_path=bad)
+    assert checkpoint_io.load(good)["epoch"] == 3  # a whole file still loads

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import dataclasses
 import datetime
 import inspect
@@ -41,8 +43,8 @@ def test_the_config_is_frozen_and_keeps_the_arguments_as_given():
 
 
 def test_defaults():
-    with pytest.warns(UserWarning, match="max_epochs=1000"):
-        config = parse()
+    config = parse()
+    assert config.max_epochs_defaulted
     assert (config.max_epochs, config.max_steps, config.num_sanity_val_steps, config.log_every_n_steps) == (1000, -1, 2, 50)
     assert (config.limit_train_batches, config.val_check_interval, config.check_val_every_n_epoch) == (1.0, 1.0, 1)
     assert config.precision == "32-true" and config.precision_plugin is None
@@ -122,3 +124,43 @@ def test_the_flags_read_back_from_the_trainer_are_read_only():
     with pytest.raises(AttributeError, match="read-only"):
         trainer.max_epochs = 4  # type: ignore[misc]
     assert trainer.max_epochs == 3
+
+
+@pytest.mark.parametrize("name", ["limit_train_batches", "limit_val_batches", "limit_test_batches",
+                                  "limit_predict_batches", "overfit_batches"])  # fmt: skip
+def test_a_limit_of_one_says_whether_it_means_one_batch_or_all(caplog, name):
+    with caplog.at_level(logging.INFO):
+        fulmen.Trainer(**{name: 1})
+    assert f"`Trainer({name}=1)` was configured so 1 batch" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        fulmen.Trainer(**{name: 1.0})
+    assert f"`Trainer({name}=1.0)` was configured so 100% of the batches" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        fulmen.Trainer(**{name: 3})
+        fulmen.Trainer()
+    assert "was configured so" not in caplog.text
+
+
+def test_no_epoch_limit_warns_when_fit_starts_not_before():
+    import warnings as w
+
+    from fulmen.demos.boring_classes import BoringModel
+    from fulmen.utilities.warnings import PossibleUserWarning
+
+    quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    with w.catch_warnings():
+        w.simplefilter("error", PossibleUserWarning)
+        trainer = fulmen.Trainer(limit_train_batches=1, **quiet)  # a Trainer for test() alone must not warn
+        fulmen.Trainer(fast_dev_run=True, **quiet)
+        fulmen.Trainer(max_steps=3, **quiet).fit(BoringModel())
+
+    class StopAtOnce(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.trainer.should_stop = True
+            return super().training_step(batch, batch_idx)
+
+    with pytest.warns(PossibleUserWarning, match="`max_epochs` was not set. Setting it to 1000 epochs"):
+        trainer.fit(StopAtOnce())
+    assert trainer.max_epochs == 1000 and trainer.current_epoch == 1

@@ -10,6 +10,8 @@ from fulmen import LightningModule, Trainer
 from fulmen.callbacks import EarlyStopping
 from fulmen.demos.boring_classes import BoringModel, RandomDataset
 from fulmen.utilities.exceptions import MisconfigurationException
+from tests.parity import oracle
+from tests.parity.oracle import parity
 
 QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
 
@@ -39,6 +41,31 @@ QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False
 def test_invalid_flags_fail_at_construction(kwargs, match):
     with pytest.raises(MisconfigurationException, match=match):
         Trainer(**kwargs)
+
+
+@parity
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"precision": "fp7"}, {"precision": 8}, {"num_nodes": 0}, {"limit_val_batches": "x"},
+        {"gradient_clip_val": "x"}, {"fast_dev_run": "x"}, {"callbacks": 3}, {"barebones": True, "logger": True},
+        {"accelerator": "x"}, {"devices": "x"}, {"devices": -2}, {"strategy": "x"}, {"strategy": 3},
+        {"max_steps": -2}, {"limit_train_batches": 1.5}, {"overfit_batches": -1}, {"gradient_clip_algorithm": "x"},
+        {"fast_dev_run": -1}, {"devices": 0}, {"max_time": "x"},
+    ],
+)
+def test_invalid_flags_raise_what_lightning_raises(kwargs):
+    """User code that catches Lightning's exception class (ValueError, TypeError, MisconfigurationException)
+    catches fulmen's; fulmen's errors are all MisconfigurationExceptions as well."""
+    lightning = oracle.lightning()
+    with pytest.raises(Exception) as theirs:
+        lightning.Trainer(**kwargs)
+    with pytest.raises(MisconfigurationException) as ours:
+        Trainer(**kwargs)
+    expected = theirs.type
+    if expected.__name__ == "MisconfigurationException":
+        expected = MisconfigurationException
+    assert isinstance(ours.value, expected), (kwargs, theirs.type, type(ours.value))
 
 
 def test_gpu_without_gpu_is_a_clear_error():

@@ -268,3 +268,31 @@ def test_matmul_precision_is_suggested_once_on_a_tensor_core_gpu(monkeypatch, ca
     caplog.clear()
     trainer_module._suggest_matmul_precision(torch.device("cuda", 0))
     assert "tensor cores" not in caplog.text  # Pascal: nothing to gain
+
+
+def test_fast_dev_run_keeps_a_logger_that_keeps_nothing(tmp_path):
+    from fulmen.loggers import CSVLogger
+    from fulmen.loggers.logger import DummyLogger
+    from fulmen.tuner import Tuner
+
+    class Model(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.logger.experiment.add_histogram("w", self.layer.weight)  # any experiment call is accepted
+            self.log("loss_seen", 1.0)
+            return super().training_step(batch, batch_idx)
+
+    trainer = Trainer(fast_dev_run=2, logger=CSVLogger(tmp_path), default_root_dir=tmp_path)
+    assert len(trainer.loggers) == 1 and isinstance(trainer.logger, DummyLogger)
+    trainer.fit(Model())
+    assert trainer.global_step == 2
+    assert not list(tmp_path.rglob("metrics.csv")) and not list(tmp_path.rglob("*.ckpt"))
+    assert Trainer(fast_dev_run=True, logger=False).logger is None
+
+    tuner = Tuner(trainer)
+    model = Model()
+    model.lr, model.batch_size = 0.1, 8
+    with pytest.warns(UserWarning, match="Skipping learning rate finder since `fast_dev_run` is enabled"):
+        assert tuner.lr_find(model) is None
+    with pytest.warns(UserWarning, match="Skipping batch size scaler since `fast_dev_run` is enabled"):
+        assert tuner.scale_batch_size(model) is None
+    assert (model.lr, model.batch_size) == (0.1, 8)

@@ -13,6 +13,7 @@ from fulmen.utilities.data import has_len, is_iterable_dataset, parse_num_batche
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import WarningCache
+from fulmen.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
@@ -177,20 +178,23 @@ class DataSource:
         if num_workers == 0 and cpus > 2:
             self._warnings.warn(
                 f"The {stage} dataloader has num_workers=0: batches load in the main process, which may "
-                f"bottleneck training. Consider DataLoader(num_workers={min(cpus - 1, 8)})."
+                f"bottleneck training. Consider DataLoader(num_workers={min(cpus - 1, 8)}).",
+                PossibleUserWarning,
             )
         on_cuda = self.context.strategy.root_device.type == "cuda"
         if on_cuda and not getattr(loader, "pin_memory", True) and _holds_cpu_data(loader):
             self._warnings.warn(
                 f"The {stage} dataloader has pin_memory=False while training on CUDA: copies from pageable "
-                "memory cannot overlap compute. Consider DataLoader(..., pin_memory=True)."
+                "memory cannot overlap compute. Consider DataLoader(..., pin_memory=True).",
+                PossibleUserWarning,
             )
         epochs = self.context.config.max_epochs
         restarts = stage == "train" and (epochs is None or epochs == -1 or epochs > 1)
         if num_workers > 0 and restarts and not getattr(loader, "persistent_workers", True):
             self._warnings.warn(
                 f"The {stage} dataloader starts {num_workers} worker process(es) again at every epoch. "
-                "Consider DataLoader(..., persistent_workers=True) to keep them alive between epochs."
+                "Consider DataLoader(..., persistent_workers=True) to keep them alive between epochs.",
+                PossibleUserWarning,
             )
 
 

@@ -13,7 +13,7 @@ from fulmen.strategies.ddp import DDPStrategy
 from fulmen.strategies.ddp_spawn import DDPSpawnStrategy
 from fulmen.strategies.environment import detect as detect_cluster
 from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def _select(
     name = strategy.lower() if isinstance(strategy, str) else None
     ddp_kind = _ddp_kind(name)
     if name not in ("auto", "single_device") and ddp_kind is None:
-        raise MisconfigurationException(
+        raise InvalidValueError(
             f"strategy={strategy!r} is not supported. Use 'auto', 'single_device', 'ddp', 'ddp_spawn', "
             "'ddp_fork', 'ddp_notebook' (each DDP name also with '_find_unused_parameters_true'), or a "
             "Strategy instance such as DDPStrategy(...)."

@@ -17,7 +17,7 @@ from fulmen.accelerators import Accelerator, select_accelerator
 from fulmen.precision import Precision, normalize_precision
 from fulmen.utilities import cloud_io
 from fulmen.utilities.clipping import check_clip_algorithm, check_clip_val
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidTypeError, InvalidValueError, MisconfigurationException
 from fulmen.utilities.parsing import parse_time
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
@@ -136,6 +136,11 @@ class TrainerConfig:
     """The arguments as given to ``Trainer(...)``: the tuner builds its trial trainers from them."""
 
     @property
+    def max_epochs_defaulted(self) -> bool:
+        """No limit on training was given (max_epochs, max_steps, max_time): fit stops after 1000 epochs."""
+        return self.arguments.get("max_epochs") is None and self.max_epochs == _DEFAULT_MAX_EPOCHS
+
+    @property
     def active_profiler(self) -> Any:
         """The profiler that records the runs; None when it records nothing (no hook is wrapped then)."""
         from fulmen.profilers.profiler import PassThroughProfiler
@@ -243,8 +248,10 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
 def _check_int(name: str, value: Any, minimum: int = 0, allow_none: bool = False, hint: str = "") -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise MisconfigurationException(f"{name}={value!r} must be an int >= {minimum}{hint}.")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{name}={value!r} must be an int >= {minimum}{hint}.")
+    if value < minimum:
+        raise InvalidValueError(f"{name}={value!r} must be an int >= {minimum}{hint}.")
 
 
 def _limit(name: str, value: Any) -> int | float:
@@ -253,16 +260,29 @@ def _limit(name: str, value: Any) -> int | float:
         return 1.0
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
-            raise MisconfigurationException(f"{name}={value!r} must be >= 0 (an int counts batches).")
+            raise InvalidValueError(f"{name}={value!r} must be >= 0 (an int counts batches).")
         return value
     if isinstance(value, float):
         if not 0.0 <= value <= 1.0:
-            raise MisconfigurationException(
+            raise InvalidValueError(
                 f"{name}={value!r} is a fraction outside [0.0, 1.0]. Use a float in that range, or an int "
                 "number of batches."
             )
         return value
-    raise MisconfigurationException(f"{name}={value!r} must be an int number of batches or a float in [0.0, 1.0].")
+    raise InvalidTypeError(f"{name}={value!r} must be an int number of batches or a float in [0.0, 1.0].")
+
+
+_DEFAULT_MAX_EPOCHS = 1000
+
+
+def _say_whole_limit(name: str, value: Any) -> None:
+    """A limit set explicitly to 1 or 1.0 is easily meant as the other one (one batch vs. all of them): say
+    which it is, in Lightning's words."""
+    if isinstance(value, bool) or value != 1:
+        return
+    per_epoch = " per epoch" if name == "limit_train_batches" else ""
+    amount = "1 batch" if isinstance(value, int) else "100% of the batches"
+    rank_zero_info(f"`Trainer({name}={value!r})` was configured so {amount}{per_epoch} will be used.")
 
 
 def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
@@ -272,7 +292,7 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(fast_dev_run, int) and fast_dev_run >= 0:
         fast = fast_dev_run
     else:
-        raise MisconfigurationException(
+        raise InvalidValueError(
             f"fast_dev_run={fast_dev_run!r} must be a bool or an int >= 0 (the number of batches to run)."
         )
     max_steps, max_epochs = a["max_steps"], a["max_epochs"]
@@ -284,11 +304,7 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
     parsed_time = parse_time(a["max_time"])
     if max_epochs is None:
         if max_steps == -1 and parsed_time is None and not fast_dev_run:
-            max_epochs = 1000
-            rank_zero_warn(
-                "Neither max_epochs nor max_steps is set: training stops after max_epochs=1000. "
-                "Set Trainer(max_epochs=...) to choose, or max_epochs=-1 to train without an epoch limit."
-            )
+            max_epochs = _DEFAULT_MAX_EPOCHS  # fit says so (TrainerConfig.max_epochs_defaulted)
         else:
             max_epochs = -1
     if min_epochs is not None and max_epochs != -1 and min_epochs > max_epochs:
@@ -334,6 +350,8 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
 
     limits = {name: _limit(name, a[name]) for name in
               ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")}  # fmt: skip
+    for name in (*limits, "overfit_batches"):
+        _say_whole_limit(name, a[name])
     overfit = _limit("overfit_batches", a["overfit_batches"] if a["overfit_batches"] is not None else 0.0)
     if overfit > 0:
         limits["limit_train_batches"] = overfit
@@ -342,7 +360,10 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
         for key in limits:
             limits[key] = fast
         max_steps, max_epochs, sanity, log_every, vci, every = fast, 1, 0, 1, 1.0, 1
-        rank_zero_info(f"fast_dev_run={fast_dev_run!r}: running {fast} batch(es) of each stage, no logging.")
+        rank_zero_info(
+            f"Running in `fast_dev_run` mode: will run the requested loop using {fast} batch(es). Logging and "
+            "checkpointing is suppressed."
+        )
     return {
         "max_epochs": max_epochs, "min_epochs": min_epochs, "max_steps": max_steps, "min_steps": min_steps,
         "max_time": parsed_time, "overfit_batches": overfit, "val_check_interval": vci,
@@ -392,7 +413,7 @@ def _check_barebones(a: dict[str, Any]) -> None:
     }
     for name, is_bad in bad.items():
         if is_bad:
-            raise MisconfigurationException(
+            raise InvalidValueError(
                 f"Trainer(barebones=True) turns off features that cost time, but {name}={a[name]!r} asks for "
                 f"one. Remove {name} or set barebones=False."
             )
@@ -410,7 +431,7 @@ def _callback_list(callbacks: Any) -> list[Any]:
     elif isinstance(callbacks, Iterable):
         result = list(callbacks)
     else:
-        raise MisconfigurationException(f"callbacks={callbacks!r} must be a Callback or a list of Callbacks.")
+        raise InvalidTypeError(f"callbacks={callbacks!r} must be a Callback or a list of Callbacks.")
     for cb in result:
         if not isinstance(cb, Callback):
             raise MisconfigurationException(

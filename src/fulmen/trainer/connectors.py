@@ -82,11 +82,11 @@ def _reorder(callbacks: list[Callback]) -> list[Callback]:
 
 
 def build_loggers(config: TrainerConfig, default_root_dir: str) -> list[Logger]:
-    from fulmen.loggers.logger import Logger
+    from fulmen.loggers.logger import DummyLogger, Logger
 
     logger = config.logger
-    if config.fast_dev_run:
-        return []
+    if config.fast_dev_run:  # a logger exists (self.logger.experiment works) but keeps nothing
+        return [] if logger is False else [DummyLogger()]
     if logger is None or logger is True:
         return [_default_logger(default_root_dir)]
     if logger is False:

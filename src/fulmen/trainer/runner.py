@@ -22,6 +22,7 @@ from fulmen.trainer.connectors import attach_model_callbacks
 from fulmen.trainer.signals import SignalInterrupt, slurm_requeued
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from fulmen.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -69,6 +70,12 @@ class StageRunner:
             context.callbacks = attach_model_callbacks(context.callbacks, hooks.call_module("configure_callbacks"))
             hooks.reset()
             self._check_model(model, fn)
+            if fn == TrainerFn.FITTING and context.config.max_epochs_defaulted:
+                rank_zero_warn(
+                    "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set "
+                    "`max_epochs=-1`.",
+                    PossibleUserWarning,
+                )
         except BaseException:
             if profiler is not None:
                 profiler.teardown(fn.value)  # no run: no report, and torch's profiler must not stay on

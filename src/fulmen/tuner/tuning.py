@@ -8,6 +8,7 @@ from fulmen.core.datamodule import LightningDataModule
 from fulmen.runtime.data import split_datamodule
 from fulmen.tuner.batch_size_scaling import scale_batch_size
 from fulmen.tuner.lr_finder import LRFinder, lr_find
+from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -42,7 +43,10 @@ class Tuner:
         It is written to every place ``batch_arg_name`` lives (module, ``module.hparams``, data module, its
         ``hparams``). With dataloaders passed here, they are rebuilt with each candidate size; build yours
         with the returned size (or add the ``BatchSizeFinder`` callback to ``fit``, which swaps the loader).
+        Under ``fast_dev_run`` nothing is searched: it warns and returns ``None``.
         """
+        if _skipped(self._trainer, "batch size scaler"):
+            return None
         return scale_batch_size(self._trainer, **_arguments(locals()))
 
     def lr_find(
@@ -65,8 +69,18 @@ class Tuner:
         to ``max_lr`` ('exponential' or 'linear'), stopped early once the loss exceeds
         ``early_stop_threshold`` times its best. ``update_attr`` writes the suggestion to ``attr_name`` (or
         ``lr`` / ``learning_rate``) on the module or in its hparams. Returns the finder: ``results``,
-        ``suggestion()``, ``plot(suggest=True)``."""
+        ``suggestion()``, ``plot(suggest=True)``. Under ``fast_dev_run`` it warns and returns ``None``."""
+        if _skipped(self._trainer, "learning rate finder"):
+            return None
         return lr_find(self._trainer, **_arguments(locals()))
+
+
+def _skipped(trainer: Trainer, search: str) -> bool:
+    """``fast_dev_run`` is a smoke test of the loop: a search (hundreds of steps) would defeat it."""
+    if trainer.fast_dev_run:
+        rank_zero_warn(f"Skipping {search} since `fast_dev_run` is enabled.")
+        return True
+    return False
 
 
 def _arguments(arguments: dict[str, Any]) -> dict[str, Any]:

@@ -6,12 +6,14 @@ from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.parsing import AttributeDict
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 from fulmen.utilities.seed import seed_everything
+from fulmen.utilities.warnings import disable_possible_user_warnings
 
 __all__ = [
     "AttributeDict",
     "LightningEnum",
     "MisconfigurationException",
     "apply_to_collection",
+    "disable_possible_user_warnings",
     "move_data_to_device",
     "rank_zero_info",
     "rank_zero_only",

@@ -41,6 +41,11 @@ class UnsafeCheckpointError(pickle.UnpicklingError):
     """A checkpoint holds objects that only a full (code-running) unpickle could build."""
 
 
+class CorruptCheckpointError(RuntimeError):
+    """A file that is not a complete checkpoint: cut short (a copy or download that stopped), empty, or not a
+    ``torch.save`` file at all."""
+
+
 # Non-tensor types that checkpoints may hold besides containers and primitives. Lightning writes its own
 # ``AttributeDict`` for some hyperparameters; it is mapped to fulmen's by name, never imported.
 def _allowed_globals() -> list[Any]:
@@ -140,6 +145,28 @@ def _safe_globals() -> Iterator[None]:
         yield
 
 
+_READ_ERRORS = (EOFError, OSError, KeyError, IndexError, ValueError, RuntimeError, pickle.UnpicklingError)
+
+
+def _is_complete_archive(source: Any) -> bool:
+    """Whether ``source`` (a local path or a BytesIO) is a readable zip archive with a pickle inside, the
+    format ``torch.save`` writes."""
+    import zipfile
+
+    if isinstance(source, io.BytesIO):
+        source.seek(0)
+    try:
+        with zipfile.ZipFile(source) as archive:
+            return archive.testzip() is None and any(n.endswith("data.pkl") for n in archive.namelist())
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+        return False
+
+
+def _describe(source: Any) -> str:
+    size = source.getbuffer().nbytes if isinstance(source, io.BytesIO) else os.path.getsize(source)
+    return "the file is empty" if size == 0 else f"the file has {size} bytes"
+
+
 def load(path: _PathLike, map_location: Any = None, weights_only: bool = True) -> dict[str, Any]:
     """Load a checkpoint file. ``weights_only=False`` runs the full unpickler: only for files you trust."""
     path_str = os.fspath(path)
@@ -150,12 +177,23 @@ def load(path: _PathLike, map_location: Any = None, weights_only: bool = True) -
     source: Any = cloud_io.local(path_str)
     if cloud_io.is_remote(path_str):
         source = io.BytesIO(cloud_io.read_bytes(path_str))
-    if not weights_only:
-        return torch.load(source, map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
     try:
+        if not weights_only:
+            return torch.load(source, map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
         with _safe_globals():
             checkpoint = torch.load(source, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
+    except _READ_ERRORS as err:
+        # torch reports a damaged file as whatever its reader tripped on first (EOFError, OSError, KeyError,
+        # ...); say what it is when the file is not a whole torch.save archive
+        if not _is_complete_archive(source):
+            raise CorruptCheckpointError(
+                f"{path_str!r} is not a complete checkpoint: {_describe(source)}, which is not a whole "
+                f"torch.save file ({type(err).__name__}: {str(err)[:120] or 'no detail'}). It was cut short (a "
+                "copy, download or save that stopped) or is some other kind of file. Load another checkpoint (an earlier one, or "
+                "ckpt_path='last'), or copy the file again."
+            ) from err
+        if not isinstance(err, pickle.UnpicklingError) or not weights_only:
+            raise
         detail = str(err).strip().splitlines()
         reason = next(
             (line for line in detail if "GLOBAL" in line or "Unsupported" in line),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidTypeError, InvalidValueError
 
 CLIP_ALGORITHMS = ("norm", "value")
 
@@ -12,11 +12,16 @@ CLIP_ALGORITHMS = ("norm", "value")
 def check_clip_algorithm(algorithm: Any, flag: str = "gradient_clip_algorithm") -> str:
     """'norm' or 'value' (any case), lower-cased."""
     if not isinstance(algorithm, str) or algorithm.lower() not in CLIP_ALGORITHMS:
-        raise MisconfigurationException(f"{flag}={algorithm!r} is not supported. Use 'norm' or 'value'.")
+        raise InvalidValueError(f"{flag}={algorithm!r} is not supported. Use 'norm' or 'value'.")
     return algorithm.lower()
 
 
 def check_clip_val(value: Any, flag: str = "gradient_clip_val") -> None:
     """A number >= 0, or None."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-        raise MisconfigurationException(f"{flag}={value!r} must be a number >= 0 (0 or None disables clipping).")
+    if value is None:
+        return
+    message = f"{flag}={value!r} must be a number >= 0 (0 or None disables clipping)."
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(message)
+    if value < 0:
+        raise InvalidValueError(message)

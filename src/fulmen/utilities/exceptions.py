@@ -7,6 +7,15 @@ class MisconfigurationException(Exception):
     """A flag, hook return value or combination of settings that fulmen cannot run with."""
 
 
+class InvalidValueError(MisconfigurationException, ValueError):
+    """A flag whose value is outside what is allowed. Lightning raises ``ValueError`` for these, so user code
+    that catches ``ValueError`` (or ``MisconfigurationException``) catches it."""
+
+
+class InvalidTypeError(MisconfigurationException, TypeError):
+    """A flag of the wrong type. Lightning raises ``TypeError`` for these; both classes catch it."""
+
+
 class _TunerExitException(Exception):
     """Internal: ends a trial run of the tuner early."""
 

@@ -10,7 +10,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
 
 
 class AttributeDict(dict):  # type: ignore[type-arg]
@@ -142,7 +142,7 @@ def parse_time(value: Any, flag: str = "max_time") -> datetime.timedelta | None:
         if match:
             d, h, m, s = (int(x) for x in match.groups())
             return datetime.timedelta(days=d, hours=h, minutes=m, seconds=s)
-    raise MisconfigurationException(
+    raise InvalidTypeError(
         f"{flag}={value!r} is not understood. Use a 'DD:HH:MM:SS' string (e.g. '00:12:00:00'), a dict like "
         '{"days": 1, "hours": 5}, or a datetime.timedelta.'
     )

@@ -13,6 +13,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from fulmen.utilities.warnings import LightningDeprecationWarning
+
 log = logging.getLogger("fulmen")
 
 T = TypeVar("T")
@@ -50,6 +52,11 @@ def rank_zero_warn(
     message: str | Warning, category: type[Warning] = UserWarning, stacklevel: int = 4
 ) -> None:
     warnings.warn(message, category=category, stacklevel=stacklevel)
+
+
+@rank_zero_only
+def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5) -> None:
+    warnings.warn(message, category=LightningDeprecationWarning, stacklevel=stacklevel)
 
 
 @rank_zero_only
