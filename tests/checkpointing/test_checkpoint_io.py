@@ -192,8 +192,34 @@ def test_save_on_exception_writes_a_checkpoint_in_dirpath(tmp_path):
                       enable_model_summary=False)  # fmt: skip
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit(Boom())
-    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["exception-epoch=0-step=2.ckpt"]
-    assert checkpoint_io.load(tmp_path / "ck" / "exception-epoch=0-step=2.ckpt")["global_step"] == 2
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["epoch=0-step=2.ckpt"]  # Lightning's name
+    assert checkpoint_io.load(tmp_path / "ck" / "epoch=0-step=2.ckpt")["global_step"] == 2
+
+
+@pytest.mark.parametrize("when", ["sanity_check", "fast_dev_run", "already_saved"])
+def test_save_on_exception_saves_nothing_new(tmp_path, when):
+    """No checkpoint from a sanity check or fast_dev_run, nor a second one of a step already saved."""
+    from fulmen.callbacks import ModelCheckpoint
+
+    class Boom(BoringModel):
+        def on_validation_start(self):
+            if when == "sanity_check" and self.trainer.sanity_checking:
+                raise RuntimeError("boom")
+
+        def on_train_batch_start(self, batch, batch_idx):
+            if when != "sanity_check" and self.global_step == 1:
+                raise RuntimeError("boom")
+
+    callback = ModelCheckpoint(dirpath=tmp_path, filename="ck", save_on_exception=True,
+                               every_n_train_steps=1 if when == "already_saved" else None)  # fmt: skip
+    trainer = Trainer(max_epochs=2, limit_train_batches=2, callbacks=[callback], logger=False,
+                      fast_dev_run=2 if when == "fast_dev_run" else False, enable_progress_bar=False)  # fmt: skip
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(Boom())
+    expected = ["ck.ckpt"] if when == "already_saved" else []  # the step's own checkpoint, not overwritten
+    assert sorted(p.name for p in tmp_path.glob("*.ckpt")) == expected
+    if expected:
+        assert checkpoint_io.load(tmp_path / "ck.ckpt")["global_step"] == 1
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty", "garbage"])

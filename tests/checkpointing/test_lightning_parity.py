@@ -85,6 +85,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "none_top_k_0_last": {"save_top_k": 0, "save_last": True},
     "steps_top_k_0_last": {"save_top_k": 0, "save_last": True, "every_n_train_steps": 5},
     "monitor_last_only_with_top_k": {"monitor": "score", "save_last": True, "_last_step": True},
+    # a run whose triggers never fire still ends with a last.ckpt (written at the end of training)
+    "top_k_0_every_5_epochs_last": {"save_top_k": 0, "every_n_epochs": 5, "save_last": True,
+                                    "save_on_train_epoch_end": True, "_last_step": True},
+    "no_validation_last": {"save_last": True, "save_on_train_epoch_end": False, "_last_step": True,
+                           "_trainer": {"limit_val_batches": 0}},
+    "max_steps_1_last": {"monitor": "score", "save_last": True, "_last_step": True, "_trainer": {"max_steps": 1}},
+    # the replaced top-1 file goes once last.ckpt links to the new one
+    "last_link_top_1": {"save_last": "link", "save_top_k": 1},
 }
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import dataclasses
 import datetime
 import inspect
+import logging
 
 import pytest
 import torch

@@ -61,14 +61,15 @@ class ModelCheckpoint(Checkpoint):
         enable_version_counter: bool = True,
     ) -> None:
         if mode not in ("min", "max"):
-            raise MisconfigurationException(f"ModelCheckpoint(mode={mode!r}) must be 'min' or 'max'.")
+            raise MisconfigurationException(f"ModelCheckpoint(mode={mode!r}): `mode` can be 'min' or 'max', but got {mode}.")
         if not isinstance(save_top_k, int) or isinstance(save_top_k, bool) or save_top_k < -1:
             raise MisconfigurationException(
-                f"ModelCheckpoint(save_top_k={save_top_k!r}) must be an int >= -1 (-1 keeps every checkpoint)."
+                f"ModelCheckpoint(save_top_k={save_top_k!r}) is invalid. Must be >= -1 (-1 keeps every checkpoint)."
             )
         if monitor is None and save_top_k not in (-1, 0, 1):
             raise MisconfigurationException(
-                f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitored metric there is no "
+                f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None) is not a valid configuration: without a "
+                "monitored metric there is no "
                 "ranking to keep the top k by. Set monitor='<logged metric>' or save_top_k to -1, 0 or 1."
             )
         if save_last not in (None, True, False, "link"):
@@ -78,7 +79,7 @@ class ModelCheckpoint(Checkpoint):
         for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise MisconfigurationException(
-                    f"ModelCheckpoint({name}={value!r}) must be an int >= 0 or None."
+                    f"ModelCheckpoint({name}={value!r}) is invalid. Must be >= 0 (an int), or None."
                 )
         if train_time_interval is not None and not isinstance(train_time_interval, datetime.timedelta):
             raise MisconfigurationException(
@@ -90,7 +91,8 @@ class ModelCheckpoint(Checkpoint):
         ]  # fmt: skip
         if len(set_triggers) > 1:
             raise MisconfigurationException(
-                f"ModelCheckpoint got {', '.join(set_triggers)}: these triggers are mutually exclusive. Keep one."
+                "Combination of parameters every_n_train_steps, every_n_epochs and train_time_interval should be "
+                f"mutually exclusive, but ModelCheckpoint got {', '.join(set_triggers)}. Keep one."
             )
         cloud_io.check_reachable(dirpath, "ModelCheckpoint(dirpath)")
         self.dirpath: str | None = cloud_io.normalize(dirpath) if dirpath is not None else None
@@ -112,6 +114,8 @@ class ModelCheckpoint(Checkpoint):
         self._train_time_interval = train_time_interval
         self._last_time_checked: float | None = None
         self._last_global_step_saved = 0  # no checkpoint before the first step
+        self._wrote_last_this_fit = False
+        self._retired: list[str] = []  # top-k files replaced by this save, removed once it is complete
         self._last_checkpoint_saved = ""
         self._warnings = WarningCache()
         self.current_score: torch.Tensor | None = None
@@ -149,6 +153,7 @@ class ModelCheckpoint(Checkpoint):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._last_time_checked = time.monotonic()
+        self._wrote_last_this_fit = False
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -189,11 +194,13 @@ class ModelCheckpoint(Checkpoint):
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if not self.save_on_exception or self.dirpath is None or trainer.state.fn is None:
             return
-        if trainer.state.fn.value != "fit" or trainer.lightning_module is None:
-            return
-        path = self.format_checkpoint_name(self._monitor_candidates(trainer), prefix="exception")
+        if trainer.lightning_module is None or self._skip(trainer):
+            return  # not fitting, a sanity check or fast_dev_run, or this step is already saved
+        # named as the callback names its checkpoints (Lightning's choice), so `filename` controls it
+        path = self.format_checkpoint_name(self._monitor_candidates(trainer))
         trainer.save_checkpoint(path, self.save_weights_only)
-        rank_zero_info(f"Saved a checkpoint after {type(exception).__name__} to {path}")
+        self._last_global_step_saved = trainer.global_step
+        rank_zero_info(f"{type(exception).__name__} was raised ({exception}); saved a checkpoint to {path}")
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -233,6 +240,10 @@ class ModelCheckpoint(Checkpoint):
             or trainer.sanity_checking
             or self._last_global_step_saved == trainer.global_step
         )
+
+    def _skip_at_end(self, trainer: Trainer) -> bool:
+        fn = trainer.state.fn
+        return bool(trainer.fast_dev_run) or fn is None or fn.value != "fit"
 
     def _epoch_due(self, trainer: Trainer) -> bool:
         return self._every_n_epochs >= 1 and (trainer.current_epoch + 1) % self._every_n_epochs == 0
@@ -313,21 +324,28 @@ class ModelCheckpoint(Checkpoint):
         candidates.setdefault("step", torch.tensor(trainer.global_step))
         return candidates
 
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """``save_last``: a run that wrote no last checkpoint (top-k off, nothing monitored improved, no
+        validation, a ``max_steps`` before the first trigger) writes one now, as Lightning 2.6 does."""
+        if self.save_last and not self._wrote_last_this_fit and not self._skip_at_end(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
     def _save(self, trainer: Trainer, by_step: bool = False) -> None:
         """Top-k, then last. ``save_last`` copies every step-triggered save; an epoch-triggered save (end of
-        epoch / validation) updates last only when a top-k file was written, or on the final epoch when
-        top-k saving is off (the behaviour of Lightning 2.6, checked against it in the parity tests)."""
+        epoch / validation) updates last only when a top-k file was written (the behaviour of Lightning 2.6,
+        checked against it in the parity tests); the end of training writes one if none was."""
         candidates = self._monitor_candidates(trainer)
         saved_before = self._last_checkpoint_saved
         self._save_topk_checkpoint(trainer, candidates)
         wrote_top_k = self._last_checkpoint_saved != saved_before or (
             self.save_top_k != 0 and self.monitor is None
         )
-        final_epoch = trainer.should_stop or (
-            trainer.max_epochs not in (None, -1) and trainer.current_epoch + 1 >= trainer.max_epochs
-        )
-        if by_step or wrote_top_k or (self.save_top_k == 0 and final_epoch):
+        if by_step or wrote_top_k:
             self._save_last_checkpoint(trainer, candidates)
+        # replaced top-k files go only now: a last.ckpt link has moved off them, so it never dangles
+        retired, self._retired = self._retired, []
+        for path in retired:
+            self._remove(trainer, path)
         self._last_global_step_saved = trainer.global_step
 
     def _write(self, trainer: Trainer, path: str, names: str | None = None) -> None:
@@ -363,7 +381,7 @@ class ModelCheckpoint(Checkpoint):
             path = self._versioned_path(candidates, None, keep=previous or None)
             self._write(trainer, path, names="best_model_path")
             if previous and previous != path:
-                self._remove(trainer, previous)
+                self._retired.append(previous)
             return
         current = candidates.get(self.monitor)
         if current is None:
@@ -411,11 +429,12 @@ class ModelCheckpoint(Checkpoint):
             )
         self._write(trainer, path)  # the new file is in place before the one it replaces goes
         if replaced and replaced != path:
-            self._remove(trainer, replaced)
+            self._retired.append(replaced)
 
     def _save_last_checkpoint(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
         if self.save_last:
             self._rotate_last(trainer, candidates)
+            self._wrote_last_this_fit = True
 
     def save_interrupt_checkpoint(self, trainer: Trainer) -> str:
         """A last checkpoint now (on SIGTERM / Ctrl-C), so ``ckpt_path="last"`` continues from here."""
