@@ -97,3 +97,116 @@ def test_rich_model_summary(capsys):
     trainer.fit(BoringModel())
     out = capsys.readouterr().out
     assert "Name" in out and "layer" in out and "Linear" in out and "Total params: 66" in out
+
+
+class _RecordingTqdm:
+    """Wraps the bars TQDMProgressBar makes: the counter values, totals and descriptions each one had."""
+
+    made: list = []
+
+    @classmethod
+    def install(cls, monkeypatch):
+        from fulmen.callbacks.progress import tqdm_progress
+
+        cls.made = []
+        original = tqdm_progress.Tqdm
+
+        class Recording(original):
+            def __init__(self, *args, **kwargs):
+                self.n_values, self.totals, self.descriptions = [], [], []
+                super().__init__(*args, **kwargs)
+                cls.made.append(self)
+
+            def reset(self, total=None):
+                super().reset(total)
+                self.totals.append(total)
+                if not self.n_values or self.n_values[-1] != self.n:
+                    self.n_values.append(self.n)
+
+            def refresh(self, *args, **kwargs):
+                if not self.n_values or self.n_values[-1] != self.n:
+                    self.n_values.append(self.n)
+                return super().refresh(*args, **kwargs)
+
+            def set_description(self, desc=None, refresh=True):
+                super().set_description(desc, refresh)
+                self.descriptions.append(desc)
+
+        monkeypatch.setattr(tqdm_progress, "Tqdm", Recording)
+        monkeypatch.setattr(tqdm_progress.TQDMProgressBar, "_MIN_DRAW_INTERVAL", 0.0)  # draw at every update
+
+
+@pytest.mark.parametrize(("batches", "refresh_rate", "expected"), [(5, 3, [0, 3, 5]), (2, 1, [0, 1, 2]), (5, 6, [0, 5])])
+def test_tqdm_updates_every_refresh_rate_batches_and_at_the_last(monkeypatch, batches, refresh_rate, expected):
+    from fulmen.callbacks import TQDMProgressBar
+
+    _RecordingTqdm.install(monkeypatch)
+    bar = TQDMProgressBar(refresh_rate=refresh_rate)
+    trainer = Trainer(max_epochs=1, limit_train_batches=batches, limit_val_batches=2, callbacks=[bar], logger=False,
+                      enable_checkpointing=False, enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer.fit(BoringModel())
+    assert bar.train_progress_bar.n_values == expected and bar.train_progress_bar.leave
+    assert bar.train_progress_bar.descriptions == ["Epoch 0"]
+    assert bar.val_progress_bar.n_values == [0, 2] if refresh_rate > 1 else [0, 1, 2]
+
+
+def test_tqdm_has_a_bar_per_stage_restarted_per_dataloader(monkeypatch):
+    from torch.utils.data import DataLoader
+
+    from fulmen.callbacks import TQDMProgressBar
+    from fulmen.demos.boring_classes import RandomDataset
+
+    class TwoLoaders(BoringModel):
+        def val_dataloader(self):
+            return [DataLoader(RandomDataset(32, 6)), DataLoader(RandomDataset(32, 4))]
+
+        test_dataloader = predict_dataloader = val_dataloader
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            return None
+
+        test_step = predict_step = validation_step
+
+    _RecordingTqdm.install(monkeypatch)
+    bar = TQDMProgressBar()
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, num_sanity_val_steps=3, callbacks=[bar], logger=False,
+                      enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
+    model = TwoLoaders()
+    trainer.fit(model)
+    sanity = _RecordingTqdm.made[0]
+    assert sanity.descriptions == ["Sanity Checking DataLoader 0: ", "Sanity Checking DataLoader 1: "]
+    assert sanity.totals == [3, 3] and not sanity.leave
+    assert bar.val_progress_bar.totals == [6, 4] and bar.val_progress_bar.n_values == [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4]
+    assert bar.val_progress_bar.descriptions == ["Validation DataLoader 0: ", "Validation DataLoader 1: "]
+    trainer.test(model, verbose=False)
+    assert bar.test_progress_bar.totals == [6, 4] and bar.test_progress_bar.leave
+    assert bar.test_progress_bar.descriptions == ["Testing DataLoader 0: ", "Testing DataLoader 1: "]
+    trainer.predict(model)
+    assert bar.predict_progress_bar.descriptions == ["Predicting DataLoader 0: ", "Predicting DataLoader 1: "]
+
+
+def test_tqdm_numbers_prints_and_pickling(monkeypatch, capsys):
+    import pickle
+    from unittest import mock
+
+    from fulmen.callbacks import TQDMProgressBar
+    from fulmen.callbacks.progress.tqdm_progress import Tqdm
+
+    formatted = [Tqdm.format_num(v) for v in (1, 1.0, 0.1, 1e-3, 1e-5, "1.0", "10000", "abc")]
+    assert formatted == ["1", "1.000", "0.100", "0.001", "1e-5", "1.000", "10000", "abc"]
+
+    class Printing(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.print("in training_step", end="")
+            return super().training_step(batch, batch_idx)
+
+    bar = TQDMProgressBar()
+    trainer = Trainer(max_steps=1, limit_val_batches=0, callbacks=[bar], logger=False, enable_checkpointing=False,
+                      enable_model_summary=False)  # fmt: skip
+    with mock.patch("tqdm.tqdm.write") as write:
+        trainer.fit(Printing())
+    assert write.call_args_list == [mock.call("in training_step", end="")]  # above the bar, not through it
+    pickle.loads(pickle.dumps(bar))  # the bars and the trainer stay behind
+
+    monkeypatch.setenv("TQDM_MINITERS", "5")
+    assert TQDMProgressBar(refresh_rate=2).refresh_rate == 5

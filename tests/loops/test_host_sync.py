@@ -124,8 +124,8 @@ def test_a_bare_loop_converts_nothing(conversions, tmp_path):
 
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_logging_converts_only_at_log_steps(conversions, tmp_path, monkeypatch, accumulate):
-    # the progress bar redraws its metrics at most every _MIN_METRICS_INTERVAL seconds: never, here
-    monkeypatch.setattr(TQDMProgressBar, "_MIN_METRICS_INTERVAL", math.inf)
+    # the progress bar redraws (and reads its metrics) at most every _MIN_DRAW_INTERVAL seconds: never, here
+    monkeypatch.setattr(TQDMProgressBar, "_MIN_DRAW_INTERVAL", math.inf)
     deltas, trainer = _fit(
         Logged(),
         conversions,
@@ -149,7 +149,7 @@ def test_logging_converts_only_at_log_steps(conversions, tmp_path, monkeypatch, 
 
 
 def test_manual_optimization_converts_only_at_log_steps(conversions, tmp_path, monkeypatch):
-    monkeypatch.setattr(TQDMProgressBar, "_MIN_METRICS_INTERVAL", math.inf)
+    monkeypatch.setattr(TQDMProgressBar, "_MIN_DRAW_INTERVAL", math.inf)
     deltas, _ = _fit(Manual(), conversions, tmp_path, logger=CSVLogger(tmp_path), log_every_n_steps=5)
     assert deltas == [2 if (i + 1) % 5 == 0 else 0 for i in range(16)]
 
@@ -165,7 +165,7 @@ def test_the_progress_bar_converts_only_when_it_redraws_its_metrics(conversions,
         return original(self, trainer, pl_module)
 
     monkeypatch.setattr(TQDMProgressBar, "get_metrics", counting_get_metrics)
-    monkeypatch.setattr(TQDMProgressBar, "_MIN_METRICS_INTERVAL", math.inf)
+    monkeypatch.setattr(TQDMProgressBar, "_MIN_DRAW_INTERVAL", math.inf)
     deltas, _ = _fit(Logged(), conversions, tmp_path, logger=False)
     assert deltas == [0] * 16  # reads are forced only at the epoch's end, after the last step
     assert len(reads) >= 1

@@ -25,6 +25,16 @@ def test_epoch_means_are_weighted_by_batch_size_and_other_reductions_hold():
     assert all(isinstance(v, torch.Tensor) for v in callback.values())  # no conversion until a reader asks
 
 
+def test_the_builtin_reductions_are_accepted():
+    results = ResultCollection(training=False)
+    for value in (1.0, 4.0, 2.0):
+        results.set_batch(torch.zeros(1, 2))
+        results.log("validation_step", "max", value, CPU, reduce_fx=max)
+        results.log("validation_step", "min", value, CPU, reduce_fx=min)
+        results.log("validation_step", "sum", value, CPU, reduce_fx=sum)
+    assert to_scalars(results.metrics(epoch=True)[0]) == {"max": 4.0, "min": 1.0, "sum": 7.0}
+
+
 def test_step_and_epoch_values_are_forked_by_name_and_routed_by_flags():
     results = ResultCollection(training=True)
     results.set_batch(torch.zeros(2, 1))

@@ -25,9 +25,11 @@ if TYPE_CHECKING:
     from fulmen.callbacks.model_summary import ModelSummary
     from fulmen.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
     from fulmen.callbacks.prediction_writer import BasePredictionWriter, PredictionFileWriter
-    from fulmen.callbacks.progress import ProgressBar, TQDMProgressBar
+    from fulmen.callbacks.progress.progress_bar import ProgressBar
+    from fulmen.callbacks.progress.rich_progress import RichProgressBar, RichProgressBarTheme
+    from fulmen.callbacks.progress.tqdm_progress import TQDMProgressBar
     from fulmen.callbacks.pruning import ModelPruning
-    from fulmen.callbacks.rich_progress import RichModelSummary, RichProgressBar, RichProgressBarTheme
+    from fulmen.callbacks.rich_model_summary import RichModelSummary
     from fulmen.callbacks.spike import SpikeDetection, TrainingSpikeException
     from fulmen.callbacks.stochastic_weight_avg import StochasticWeightAveraging
     from fulmen.callbacks.throughput_monitor import ThroughputMonitor
@@ -53,13 +55,13 @@ _WHERE = {
     "ModelSummary": "model_summary",
     "OnExceptionCheckpoint": "on_exception_checkpoint",
     "PredictionFileWriter": "prediction_writer",
-    "ProgressBar": "progress",
-    "RichModelSummary": "rich_progress",
-    "RichProgressBar": "rich_progress",
-    "RichProgressBarTheme": "rich_progress",
+    "ProgressBar": "progress.progress_bar",
+    "RichModelSummary": "rich_model_summary",
+    "RichProgressBar": "progress.rich_progress",
+    "RichProgressBarTheme": "progress.rich_progress",
     "SpikeDetection": "spike",
     "StochasticWeightAveraging": "stochastic_weight_avg",
-    "TQDMProgressBar": "progress",
+    "TQDMProgressBar": "progress.tqdm_progress",
     "ThroughputMonitor": "throughput_monitor",
     "Timer": "timer",
     "TrainingSpikeException": "spike",

@@ -17,7 +17,9 @@ from fulmen.utilities.data import extract_batch_size
 from fulmen.utilities.exceptions import MisconfigurationException
 
 _REDUCE_NAMES = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
-_TORCH_REDUCE = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+# the builtins too: ``reduce_fx=max`` is how Lightning's docs and users often write it
+_TORCH_REDUCE = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min", sum: "sum", max: "max",
+                 min: "min"}  # fmt: skip
 
 # (allowed on_step values, allowed on_epoch values, default on_step, default on_epoch) per hook; hooks not
 # listed cannot log. Training-batch hooks default to per-step values, everything else to epoch values.
@@ -80,7 +82,7 @@ def _parse_reduce_fx(reduce_fx: str | Callable[..., Any]) -> str:
         return _TORCH_REDUCE[reduce_fx]  # type: ignore[index]
     raise MisconfigurationException(
         f"self.log(reduce_fx={reduce_fx!r}) is not supported. Use 'mean', 'sum', 'max' or 'min' "
-        "(or torch.mean / torch.sum / torch.max / torch.min)."
+        "(or torch.mean / torch.sum / torch.max / torch.min, or the builtins sum / max / min)."
     )
 
 

@@ -28,18 +28,22 @@ def build_callbacks(config: TrainerConfig) -> list[Callback]:
     result: list[Callback] = list(config.callbacks)
     bars = [cb for cb in result if isinstance(cb, ProgressBar)]
     if len(bars) > 1:
-        raise MisconfigurationException("callbacks contains more than one progress bar; keep one.")
+        raise MisconfigurationException(
+            f"You added multiple progress bar callbacks to the Trainer ({', '.join(type(b).__name__ for b in bars)})"
+            ", but only one can be used. Keep one."
+        )
     if bars and not config.enable_progress_bar:
         raise MisconfigurationException(
-            "Trainer(enable_progress_bar=False) was set, but callbacks contains a progress bar. Remove one of them."
+            f"Trainer(enable_progress_bar=False) was set (`enable_progress_bar=False` but found "
+            f"`{type(bars[0]).__name__}` in callbacks). Remove one of them."
         )
     if not bars and config.enable_progress_bar:
         result.append(TQDMProgressBar())
     checkpoints = [cb for cb in result if isinstance(cb, Checkpoint)]
     if checkpoints and not config.enable_checkpointing:
         raise MisconfigurationException(
-            "Trainer(enable_checkpointing=False) was set, but callbacks contains "
-            f"{type(checkpoints[0]).__name__}. Remove one of them."
+            "Trainer(enable_checkpointing=False) was set (`enable_checkpointing=False` but found "
+            f"`{type(checkpoints[0]).__name__}` in callbacks). Remove one of them."
         )
     if config.enable_checkpointing and not checkpoints:
         result.append(ModelCheckpoint())
