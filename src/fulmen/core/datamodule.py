@@ -20,6 +20,10 @@ class LightningDataModule(DataHooks, HyperparametersMixin):
     """Implement ``prepare_data``, ``setup(stage)`` and the ``*_dataloader`` methods you need."""
 
     name: str | None = None
+    # where the data module's hyperparameters live in a checkpoint (Lightning's keys)
+    CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
 
     def __init__(self) -> None:
         super().__init__()

@@ -35,6 +35,11 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     and hand it to :class:`fulmen.Trainer`.
     """
 
+    # where the hyperparameters live in a checkpoint (Lightning's keys)
+    CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
+
     # load_state_dict(strict=...) when restoring checkpoints; set False for partial weights
     strict_loading: bool = True
 

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from fulmen.utilities import checkpoint_io
+from fulmen.utilities.rank_zero import rank_zero_warn
 
 T = TypeVar("T")
 
@@ -67,6 +68,9 @@ def save_hparams_to_yaml(config_yaml: str | Path, hparams: Any, use_omegaconf: b
     cloud_io.write_text(config_yaml, hparams_yaml(hparams))
 
 
+HPARAMS_LEFT_OUT_SUFFIX = "_left_out"  # "hyper_parameters_left_out": the objects a checkpoint does not store
+
+
 def _read_hparams_file(path: str | Path) -> dict[str, Any]:
     import yaml
 
@@ -80,12 +84,12 @@ def _read_hparams_file(path: str | Path) -> dict[str, Any]:
 
 
 def _init_kwargs(
-    cls: type, checkpoint: dict[str, Any], prefix: str, hparams_file: Any, overrides: dict[str, Any]
+    cls: Any, checkpoint: dict[str, Any], hparams_file: Any, overrides: dict[str, Any]
 ) -> dict[str, Any]:
-    hparams: dict[str, Any] = dict(checkpoint.get(f"{prefix}hyper_parameters") or {})
+    hparams: dict[str, Any] = dict(checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {})
     if hparams_file is not None:
         hparams = _read_hparams_file(hparams_file)
-    name = checkpoint.get(f"{prefix}hparams_name")
+    name = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_NAME)
     signature = inspect.signature(cls.__init__)  # type: ignore[misc]
     params = signature.parameters
     takes_var_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -94,7 +98,29 @@ def _init_kwargs(
     else:
         # arguments the constructor cannot take (e.g. saved by an older version of the class) are dropped
         kwargs = hparams if takes_var_kwargs else {k: v for k, v in hparams.items() if k in params}
-    kwargs.update(overrides)
+    left_out = [k for k in checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY + HPARAMS_LEFT_OUT_SUFFIX, ())
+                if k not in overrides]  # fmt: skip
+    needed = [k for k in left_out if k in params and params[k].default is inspect.Parameter.empty]
+    if needed:
+        raise TypeError(
+            f"{cls.__name__}.load_from_checkpoint: {', '.join(f'`{k}`' for k in needed)} of {cls.__name__}.__init__ "
+            "was an object (a module, a function, ...), which the checkpoint does not store: a checkpoint holds "
+            "plain values only, so that loading it runs no code. Pass it: "
+            f"{cls.__name__}.load_from_checkpoint(path, {', '.join(f'{k}=...' for k in needed)})."
+        )
+    if left_out:
+        rank_zero_warn(
+            f"{cls.__name__}.load_from_checkpoint: {', '.join(f'`{k}`' for k in left_out)} was an object, which the "
+            f"checkpoint does not store; {cls.__name__}.__init__'s default is used. Pass it to load_from_checkpoint "
+            "to use another."
+        )
+    unknown = [k for k in overrides if k not in params] if not takes_var_kwargs else []
+    if unknown:  # Lightning drops them silently; a typo in an override should not go unnoticed
+        rank_zero_warn(
+            f"{cls.__name__}.load_from_checkpoint got {', '.join(f'{k}=' for k in unknown)} which "
+            f"{cls.__name__}.__init__ does not take: ignored."
+        )
+    kwargs.update({k: v for k, v in overrides.items() if k not in unknown})
     return kwargs
 
 
@@ -113,8 +139,7 @@ def load_from_checkpoint(
         checkpoint_path, map_location="cpu", weights_only=weights_only is not False
     )
     is_datamodule = issubclass(cls, LightningDataModule)
-    prefix = "datamodule_" if is_datamodule else ""
-    obj: Any = cls(**_init_kwargs(cls, checkpoint, prefix, hparams_file, kwargs))
+    obj: Any = cls(**_init_kwargs(cls, checkpoint, hparams_file, kwargs))
     if is_datamodule:
         state = checkpoint.get(cls.__qualname__)
         if state:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fulmen.core.saving import HPARAMS_LEFT_OUT_SUFFIX
 from fulmen.loops import resume
 from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
@@ -47,6 +48,17 @@ def to_primitive(value: Any) -> Any:
     return repr(value)
 
 
+def is_plain(value: Any) -> bool:
+    """Whether ``to_primitive`` keeps ``value`` as it is (up to containers and enums), rather than its repr."""
+    if value is None or isinstance(value, bool | int | float | str | enum.Enum | os.PathLike):
+        return True
+    if isinstance(value, dict):
+        return all(is_plain(v) for v in value.values())
+    if isinstance(value, list | tuple | set | frozenset):
+        return all(is_plain(v) for v in value)
+    return isinstance(value, torch.dtype | torch.device | torch.Tensor)
+
+
 # -- the checkpoint dict ------------------------------------------------------------------------------------
 def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
     module = trainer.lightning_module
@@ -79,9 +91,9 @@ def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, A
         dm_state = datamodule.state_dict()
         if dm_state:
             checkpoint[type(datamodule).__qualname__] = dm_state
-    _store_hparams(checkpoint, module, "")
+    _store_hparams(checkpoint, module)
     if datamodule is not None:
-        _store_hparams(checkpoint, datamodule, "datamodule_")
+        _store_hparams(checkpoint, datamodule)
     hooks = trainer.run_context.hooks
     if not weights_only:
         if datamodule is not None:
@@ -91,12 +103,19 @@ def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, A
     return checkpoint
 
 
-def _store_hparams(checkpoint: dict[str, Any], obj: Any, prefix: str) -> None:
+def _store_hparams(checkpoint: dict[str, Any], obj: Any) -> None:
     hparams = getattr(obj, "_hparams", None)
     if not hparams:
         return
-    checkpoint[f"{prefix}hparams_name"] = getattr(obj, "_hparams_name", None) or "kwargs"
-    checkpoint[f"{prefix}hyper_parameters"] = to_primitive(dict(hparams))
+    checkpoint[obj.CHECKPOINT_HYPER_PARAMS_NAME] = getattr(obj, "_hparams_name", None) or "kwargs"
+    # objects (modules, functions, ...) would need pickled code to come back: they are left out and named,
+    # so that load_from_checkpoint can ask for them instead of passing their repr to __init__
+    left_out = sorted(str(k) for k, v in dict(hparams).items() if not is_plain(v))
+    checkpoint[obj.CHECKPOINT_HYPER_PARAMS_KEY] = {
+        k: to_primitive(v) for k, v in dict(hparams).items() if str(k) not in left_out
+    }
+    if left_out:
+        checkpoint[obj.CHECKPOINT_HYPER_PARAMS_KEY + HPARAMS_LEFT_OUT_SUFFIX] = left_out
 
 
 def save_checkpoint(

@@ -10,7 +10,10 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_warn
 
 
 class AttributeDict(dict):  # type: ignore[type-arg]
@@ -39,38 +42,36 @@ class AttributeDict(dict):  # type: ignore[type-arg]
         )
 
 
-def _init_frame(obj: object, frame: types.FrameType | None) -> types.FrameType | None:
-    """Walk up from ``frame`` to the outermost ``__init__`` of ``obj`` (subclass inits call super())."""
-    found = None
+def _init_frames(obj: object, frame: types.FrameType | None) -> list[types.FrameType]:
+    """The ``__init__`` frames of ``obj`` on the stack from ``frame`` outwards (a subclass's ``__init__``
+    calls its parent's through ``super()``); ``obj`` is the first argument, whatever it is named."""
+    found = []
     while frame is not None:
-        if frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is obj:
-            found = frame
+        code = frame.f_code
+        if code.co_name == "__init__" and code.co_argcount and frame.f_locals.get(code.co_varnames[0]) is obj:
+            found.append(frame)
         frame = frame.f_back
     return found
 
 
-def collect_init_args(obj: object, frame: types.FrameType | None) -> dict[str, Any]:
-    """Arguments of the outermost ``__init__`` of ``obj`` found on the stack, ``**kwargs`` flattened."""
-    init_frame = _init_frame(obj, frame)
-    if init_frame is None:
-        return {}
-    code = init_frame.f_code
-    local_vars = init_frame.f_locals
+def _frame_args(frame: types.FrameType) -> dict[str, Any]:
+    """One ``__init__`` call's named arguments, its ``**kwargs`` flattened into them (``*args`` cannot be
+    named: skipped)."""
+    code, local_vars = frame.f_code, frame.f_locals
     n_args = code.co_argcount + code.co_kwonlyargcount
-    names = list(code.co_varnames[:n_args])
+    args = {name: local_vars[name] for name in code.co_varnames[1:n_args] if name in local_vars and name != "__class__"}
+    idx = n_args + (1 if code.co_flags & inspect.CO_VARARGS else 0)
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        args.update(local_vars.get(code.co_varnames[idx], {}) or {})
+    return args
+
+
+def collect_init_args(obj: object, frame: types.FrameType | None) -> dict[str, Any]:
+    """The arguments of every ``__init__`` of ``obj`` on the stack: a parent's own defaults are kept, and
+    where two levels name the same argument the outer (the subclass, what the user called) wins."""
     args: dict[str, Any] = {}
-    for name in names:
-        if name == "self" or name == "__class__":
-            continue
-        if name in local_vars:
-            args[name] = local_vars[name]
-    flags = code.co_flags
-    idx = n_args
-    if flags & inspect.CO_VARARGS:
-        idx += 1  # *args cannot be named; skipped like Lightning does
-    if flags & inspect.CO_VARKEYWORDS:
-        kw_name = code.co_varnames[idx]
-        args.update(local_vars.get(kw_name, {}) or {})
+    for init_frame in _init_frames(obj, frame):  # innermost first: outer levels update it
+        args.update(_frame_args(init_frame))
     return args
 
 
@@ -111,6 +112,18 @@ def save_hyperparameters(
         else:
             hparams = dict(init_args)
         obj._hparams_name = "kwargs" if hparams else None
+    for key, value in hparams.items():
+        if isinstance(value, torch.nn.Module) and key not in (ignore or ()):
+            rank_zero_warn(
+                f"Attribute {key!r} is an instance of `nn.Module` and is already saved during checkpointing (in "
+                f"the state_dict). It is recommended to ignore them using `self.save_hyperparameters(ignore="
+                f"[{key!r}])`."
+            )
+    # a later call adds to what an earlier one saved (a parent's __init__ saved its own arguments, the
+    # subclass adds its), and `ignore` removes from the whole, as Lightning does
+    previous = getattr(obj, "_hparams", None)
+    if isinstance(previous, dict):
+        hparams = {**previous, **hparams}
     if isinstance(ignore, str):
         ignore = [ignore]
     for key in ignore or ():
