@@ -44,7 +44,7 @@ def _classes(base):
             self.save_hyperparameters(ignore="c")
 
     class Unconventional(Custom):
-        def __init__(obj, *more, other_arg=300, **more_kwargs):  # noqa: N805
+        def __init__(obj, *more, other_arg=300, **more_kwargs):
             super().__init__(*more, **more_kwargs)
             obj.save_hyperparameters()
 
