@@ -296,3 +296,24 @@ def test_fast_dev_run_keeps_a_logger_that_keeps_nothing(tmp_path):
     with pytest.warns(UserWarning, match="Skipping batch size scaler since `fast_dev_run` is enabled"):
         assert tuner.scale_batch_size(model) is None
     assert (model.lr, model.batch_size) == (0.1, 8)
+
+
+def test_each_stage_keeps_its_dataloaders():
+    from torch.utils.data import DataLoader
+
+    class Model(BoringModel):
+        def test_dataloader(self):
+            return [DataLoader(RandomDataset(32, 8)), DataLoader(RandomDataset(32, 4))]
+
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            return None
+
+    trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+    assert trainer.test_dataloaders is None and trainer.predict_dataloaders is None and trainer.val_dataloaders is None
+    model = Model()
+    trainer.validate(model, verbose=False)
+    trainer.test(model, verbose=False)
+    trainer.predict(model)
+    assert isinstance(trainer.val_dataloaders, DataLoader)
+    assert [len(dl) for dl in trainer.test_dataloaders] == [8, 4]
+    assert len(trainer.predict_dataloaders) == 64

@@ -43,6 +43,7 @@ class DataSource:
         self._warnings = WarningCache()
         self.val_dataloaders: list[Any] | None = None
         self.val_num_batches: list[int | float] = []
+        self.eval_dataloaders: dict[str, list[Any]] = {}  # the last loaders of each evaluation stage
         self._val_loaded_epoch: int | None = None
 
     def attach(self, **sources: Any) -> None:
@@ -122,6 +123,7 @@ class DataSource:
             length: int | float = len(dl) if has_len(dl) else float("inf")
             counts.append(parse_num_batches(stage, length, limit))
             self._check_workers(dl, stage)
+        self.eval_dataloaders[stage] = loaders
         return loaders, counts
 
     # -- validation inside fit ------------------------------------------------------------------------

@@ -399,10 +399,17 @@ class Trainer:
 
     @property
     def val_dataloaders(self) -> Any:
-        loaders = self._context.data.val_dataloaders
-        if loaders is None:
-            return None
-        return loaders[0] if len(loaders) == 1 else loaders
+        """The validation loader(s) of the current or last fit / validate (a list when there are several)."""
+        data = self._context.data
+        return _one_or_list(data.val_dataloaders if data.val_dataloaders is not None else data.eval_dataloaders.get("val"))
+
+    @property
+    def test_dataloaders(self) -> Any:
+        return _one_or_list(self._context.data.eval_dataloaders.get("test"))
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        return _one_or_list(self._context.data.eval_dataloaders.get("predict"))
 
     @property
     def estimated_stepping_batches(self) -> int | float:
@@ -594,3 +601,9 @@ class Trainer:
 
 
 __all__ = ["Trainer"]
+
+
+def _one_or_list(loaders: list[Any] | None) -> Any:
+    if not loaders:
+        return None
+    return loaders[0] if len(loaders) == 1 else loaders

@@ -22,7 +22,7 @@ import torch
 from fulmen.strategies.ddp import DDPStrategy
 from fulmen.tuner.trials import preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.data import has_len, rebuild_dataloader
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
@@ -71,16 +71,13 @@ def check_arguments(mode: str, method: str, steps_per_trial: int, init_val: int,
                     margin: float, max_val: int | None) -> None:  # fmt: skip
     """Every argument, checked before the first trial."""
     if mode not in _MODES:
-        raise MisconfigurationException(f"mode={mode!r} is not a scaling mode: use 'power' or 'binsearch'.")
+        raise InvalidValueError(f"mode={mode!r} is not a scaling mode: it should be either of 'power' or 'binsearch'.")
     if method not in _METHODS:
-        raise MisconfigurationException(f"method={method!r} is not one of {_METHODS}.")
-    for name, value in (
-        ("steps_per_trial", steps_per_trial),
-        ("init_val", init_val),
-        ("max_trials", max_trials),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise MisconfigurationException(f"{name}={value!r} must be an int >= 1.")
+        raise InvalidValueError(f"method {method!r} is invalid. Use one of {_METHODS}.")
+    for name, value, minimum in (("steps_per_trial", steps_per_trial, 1), ("init_val", init_val, 1),
+                                 ("max_trials", max_trials, 0)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise MisconfigurationException(f"{name}={value!r} must be an int >= {minimum}.")
     if not isinstance(margin, (int, float)) or not 0 <= margin < 1:
         raise MisconfigurationException(f"margin={margin!r} must be a float in [0, 1), e.g. 0.05.")
     if max_val is not None and (
@@ -116,8 +113,10 @@ def search(
     run_trial: Callable[[int], bool], mode: str, init_val: int, max_trials: int, margin: float, limit: int
 ) -> BatchSizeSearch:
     """'power': double from ``init_val`` until a trial runs out of memory, the limit or ``max_trials``.
-    'binsearch': the same doubling, then bisection between the last fit and the first failure, then
-    ``margin`` taken off (and that size run once more, so the result is always one that ran)."""
+    'binsearch': the same doubling, then bisection between the last fit and the first failure; its result
+    has ``margin`` taken off (room for memory that varies between batches). When ``init_val`` itself runs
+    out of memory, the size is halved until one fits; ``max_trials=0`` runs nothing and keeps ``init_val``.
+    Every trial counts against ``max_trials``."""
     found = BatchSizeSearch()
 
     def trial(size: int) -> bool:
@@ -126,33 +125,38 @@ def search(
         return fitted
 
     size = min(init_val, limit)
+    if max_trials == 0:
+        found.result = size
+        return found
     best: int | None = None
     failed: int | None = None
     while len(found.trials) < max_trials:
         if not trial(size):
             failed = size
-            break
+            if best is not None or size == 1:
+                break
+            size //= 2  # even init_val is too large: come down until one fits
+            continue
         best = size
-        if size >= limit:
-            break
+        if size >= limit or failed is not None:
+            break  # at the limit, or the first size that fits after coming down
         size = min(size * 2, limit)
     if best is None:
         raise MisconfigurationException(
-            f"batch size {size} (init_val) already runs out of memory. Start lower (init_val=1), or make the "
-            "model or inputs smaller."
+            f"batch size {size} runs out of memory (tried {', '.join(str(s) for s, _ in found.trials)}). Start "
+            "lower (init_val=1), allow more trials, or make the model or inputs smaller."
         )
-    if mode == "binsearch" and failed is not None:
-        low, high = best, failed
-        while high - low > 1 and len(found.trials) < max_trials:
-            middle = (low + high) // 2
-            if trial(middle):
-                low = middle
-            else:
-                high = middle
-        best = low
-        reduced = max(1, int(best * (1 - margin)))
-        if reduced < best and len(found.trials) < max_trials and trial(reduced):
-            best = reduced
+    if mode == "binsearch":
+        if failed is not None and failed > best:
+            low, high = best, failed
+            while high - low > 1 and len(found.trials) < max_trials:
+                middle = (low + high) // 2
+                if trial(middle):
+                    low = middle
+                else:
+                    high = middle
+            best = low
+        best = max(1, int(best * (1 - margin)))
     found.result = best
     return found
 
@@ -177,10 +181,11 @@ def scale_batch_size(
     """Find the batch size; write it to every place ``batch_arg_name`` lives and return it. ``on_result``
     receives it with the rebuilt dataloaders (by argument name) when dataloaders were passed."""
     check_arguments(mode, method, steps_per_trial, init_val, max_trials, margin, max_val)
-    owners = batch_size_owners(model, datamodule, batch_arg_name)
     loaders = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders,
                "dataloaders": dataloaders}  # fmt: skip
     loaders = {k: v for k, v in loaders.items() if v is not None}
+    _check_loaders(method, loaders)
+    owners = batch_size_owners(model, datamodule, batch_arg_name)
     # the loaders whose batch size is searched: the training loader for fit, the evaluated one otherwise
     searched = "train_dataloaders" if method == "fit" else "dataloaders"
     if not owners and searched not in loaders:
@@ -235,6 +240,26 @@ def scale_batch_size(
     tried = ", ".join(f"{size}{'' if fitted else ' (OOM)'}" for size, fitted in found.trials)
     rank_zero_info(f"Batch size finder ({mode}): tried {tried}; chose {found.result}.")
     return found.result
+
+
+def _check_loaders(method: str, loaders: dict[str, Any]) -> None:
+    """The loaders passed must be those ``method`` takes; the searched one must be a single loader."""
+    if method == "fit" and "dataloaders" in loaders:
+        raise MisconfigurationException(
+            "scale_batch_size(method='fit', dataloaders=...): fit trains on `train_dataloaders`; please consider "
+            "setting `train_dataloaders` and `val_dataloaders` instead."
+        )
+    if method != "fit" and ({"train_dataloaders", "val_dataloaders"} & loaders.keys()):
+        raise MisconfigurationException(
+            f"scale_batch_size(method={method!r}) evaluates `dataloaders`, not train_dataloaders / "
+            "val_dataloaders: please consider setting `dataloaders` instead."
+        )
+    searched = loaders.get("train_dataloaders" if method == "fit" else "dataloaders")
+    if isinstance(searched, (list, tuple)) and len(searched) > 1:
+        raise MisconfigurationException(
+            f"Batch size finder cannot be used with multiple {method} dataloaders: it searches one loader's "
+            "batch size. Pass a single loader."
+        )
 
 
 def _dataset_size(
