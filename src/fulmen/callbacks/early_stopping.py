@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -15,6 +16,17 @@ if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
 
 _MODES = {"min": (torch.lt, "<"), "max": (torch.gt, ">")}
+
+
+class EarlyStoppingReason(Enum):
+    """Why an ``EarlyStopping`` stopped training (``callback.stopping_reason``); the sentence that says it
+    is ``callback.stopping_reason_message``."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(Callback):
@@ -43,9 +55,7 @@ class EarlyStopping(Callback):
     ) -> None:
         super().__init__()
         if mode not in _MODES:
-            raise MisconfigurationException(
-                f"EarlyStopping(mode={mode!r}) is not supported. Use 'min' or 'max'."
-            )
+            raise MisconfigurationException(f"EarlyStopping(mode={mode!r}): `mode` can be 'min' or 'max', got {mode}.")
         if not isinstance(patience, int) or patience < 0:
             raise MisconfigurationException(f"EarlyStopping(patience={patience!r}) must be an int >= 0.")
         self.monitor = monitor
@@ -64,7 +74,8 @@ class EarlyStopping(Callback):
         self.wait_count = 0
         self.stopped_epoch = 0
         self.best_score = torch.tensor(torch.inf if mode == "min" else -torch.inf)
-        self.stopping_reason: str | None = None
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
 
     @property
     def state_key(self) -> str:
@@ -105,12 +116,14 @@ class EarlyStopping(Callback):
         if trainer.fast_dev_run or not self._metric_available(metrics):
             return
         current = torch.as_tensor(metrics[self.monitor]).detach().squeeze().cpu()  # sync: read once per check
-        should_stop, reason = self._evaluate(current)
-        should_stop = trainer.strategy.reduce_boolean_decision(should_stop, all=False)
+        why, reason = self._evaluate(current)
+        should_stop = trainer.strategy.reduce_boolean_decision(why is not None, all=False)
         trainer.should_stop = trainer.should_stop or should_stop
         if should_stop:
             self.stopped_epoch = trainer.current_epoch
-            self.stopping_reason = reason
+            # another rank's check may have decided it: this rank's own reason, if it has one
+            self.stopping_reason = why or EarlyStoppingReason.NOT_STOPPED
+            self.stopping_reason_message = reason if why is not None else None
         if reason and self.verbose:
             prefix = (
                 f"[rank: {trainer.global_rank}] "
@@ -119,20 +132,22 @@ class EarlyStopping(Callback):
             )
             rank_zero_info(prefix + reason) if self.log_rank_zero_only else print(prefix + reason)
 
-    def _evaluate(self, current: torch.Tensor) -> tuple[bool, str | None]:
+    def _evaluate(self, current: torch.Tensor) -> tuple[EarlyStoppingReason | None, str | None]:
+        """Why to stop (None: go on), and the sentence to print."""
         best = self.best_score
         if self.check_finite and not torch.isfinite(current):
-            return (
-                True,
-                f"{self.monitor}={current.item()} is not finite (best so far {best.item():.4g}): stopping.",
+            return EarlyStoppingReason.NON_FINITE_METRIC, (
+                f"{self.monitor}={current.item()} is not finite (best so far {best.item():.4g}): stopping."
             )
         if self.stopping_threshold is not None and self.monitor_op(current, self.stopping_threshold):
-            return True, (
-                f"{self.monitor}={current.item():.4g} {self._order} stopping_threshold={self.stopping_threshold}: stopping."
+            return EarlyStoppingReason.STOPPING_THRESHOLD, (
+                f"{self.monitor}={current.item():.4g} {self._order} stopping_threshold={self.stopping_threshold}: "
+                "Stopping threshold reached, stopping."
             )
         if self.divergence_threshold is not None and self.monitor_op(-current, -self.divergence_threshold):
-            return True, (
-                f"{self.monitor}={current.item():.4g} passed divergence_threshold={self.divergence_threshold}: stopping."
+            return EarlyStoppingReason.DIVERGENCE_THRESHOLD, (
+                f"{self.monitor}={current.item():.4g} passed divergence_threshold={self.divergence_threshold}: "
+                "Divergence threshold reached, stopping."
             )
         if self.monitor_op(current - self.min_delta, best.to(current.device)):
             if torch.isfinite(best):
@@ -141,13 +156,13 @@ class EarlyStopping(Callback):
                 reason = f"{self.monitor} improved: new best {current.item():.4g}."
             self.best_score = current
             self.wait_count = 0
-            return False, reason
+            return None, reason
         self.wait_count += 1
         if self.wait_count >= self.patience:
-            return True, (
+            return EarlyStoppingReason.PATIENCE_EXHAUSTED, (
                 f"{self.monitor} did not improve in the last {self.wait_count} checks (best {best.item():.4g}): stopping."
             )
-        return False, None
+        return None, None
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -155,6 +170,8 @@ class EarlyStopping(Callback):
             "stopped_epoch": self.stopped_epoch,
             "best_score": self.best_score,
             "patience": self.patience,
+            "stopping_reason": self.stopping_reason.value,
+            "stopping_reason_message": self.stopping_reason_message,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -162,3 +179,6 @@ class EarlyStopping(Callback):
         self.stopped_epoch = state_dict["stopped_epoch"]
         self.best_score = state_dict["best_score"]
         self.patience = state_dict["patience"]
+        reason = state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED)  # absent in older files
+        self.stopping_reason = reason if isinstance(reason, EarlyStoppingReason) else EarlyStoppingReason(reason)
+        self.stopping_reason_message = state_dict.get("stopping_reason_message")
