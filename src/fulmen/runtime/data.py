@@ -126,6 +126,15 @@ class DataSource:
         self.eval_dataloaders[stage] = loaders
         return loaders, counts
 
+    def stage_dataloaders(self, stage: str) -> Any:
+        """The loader(s) of the current or last run of ``stage`` ('val': fit's, else validate's): one loader, a
+        list when there are several, None before any."""
+        loaders = self.val_dataloaders if stage == "val" and self.val_dataloaders is not None else None
+        loaders = loaders or self.eval_dataloaders.get(stage)
+        if not loaders:
+            return None
+        return loaders[0] if len(loaders) == 1 else loaders
+
     # -- validation inside fit ------------------------------------------------------------------------
     def validation_enabled(self, load: bool = True) -> bool:
         """Whether fit validates; ``load=False`` decides without requesting the dataloaders yet."""

@@ -399,17 +399,15 @@ class Trainer:
 
     @property
     def val_dataloaders(self) -> Any:
-        """The validation loader(s) of the current or last fit / validate (a list when there are several)."""
-        data = self._context.data
-        return _one_or_list(data.val_dataloaders if data.val_dataloaders is not None else data.eval_dataloaders.get("val"))
+        return self._context.data.stage_dataloaders("val")
 
     @property
     def test_dataloaders(self) -> Any:
-        return _one_or_list(self._context.data.eval_dataloaders.get("test"))
+        return self._context.data.stage_dataloaders("test")
 
     @property
     def predict_dataloaders(self) -> Any:
-        return _one_or_list(self._context.data.eval_dataloaders.get("predict"))
+        return self._context.data.stage_dataloaders("predict")
 
     @property
     def estimated_stepping_batches(self) -> int | float:
@@ -515,14 +513,10 @@ class Trainer:
         return None
 
     def tune(
-        self,
-        model: LightningModule,
-        train_dataloaders: Any = None,
-        val_dataloaders: Any = None,
-        datamodule: LightningDataModule | None = None,
-        scale_batch_size_kwargs: dict[str, Any] | None = None,
+        self, model: LightningModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
+        datamodule: LightningDataModule | None = None, scale_batch_size_kwargs: dict[str, Any] | None = None,
         lr_find_kwargs: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any]:  # fmt: skip
         """The 1.x way to tune: what ``Trainer(auto_scale_batch_size=..., auto_lr_find=...)`` asked for, batch
         size first. Returns ``{"scale_batch_size": <size or None>, "lr_find": <LRFinder or None>}``."""
         from fulmen.tuner import Tuner
@@ -602,8 +596,3 @@ class Trainer:
 
 __all__ = ["Trainer"]
 
-
-def _one_or_list(loaders: list[Any] | None) -> Any:
-    if not loaders:
-        return None
-    return loaders[0] if len(loaders) == 1 else loaders
