@@ -60,7 +60,7 @@ def test_dataloader_index_suffix():
     ("calls", "message"),
     [
         ([("training_step", "x", torch.ones(3), {})], r"tensor of shape \(3,\)"),
-        ([("training_step", "x", "text", {})], r"got a str"),
+        ([("training_step", "x", "text", {})], r"`str` values cannot be logged"),
         ([("configure_optimizers", "x", 1.0, {})], r"where logging is not supported"),
         ([("on_train_epoch_end", "x", 1.0, {"on_step": True})], r"on_step=True\) is not allowed"),
         ([("training_step", "x", 1.0, {"on_step": False, "on_epoch": False})], r"would never record"),

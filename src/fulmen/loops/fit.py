@@ -60,6 +60,7 @@ class FitLoop:
         self.context = context
         self.validate_loop = validate_loop  # the trainer's: ``validate()`` and fit share one
         self.results = ResultCollection(training=True)
+        self._results_fresh = False  # reset by on_train_start for the first epoch already
         self.epoch_loop = TrainingEpochLoop(context, self.results, self.run_validation)
         self._train_dataloader: Any = None
         self._last_reload_epoch: int | None = None
@@ -248,8 +249,14 @@ class FitLoop:
 
     # -- epochs ----------------------------------------------------------------------------------------
     def on_run_start(self) -> None:
-        self.context.hooks.call_callbacks("on_train_start")
-        self.context.hooks.call_module("on_train_start")
+        context = self.context
+        # values logged in on_train_start count towards the first epoch's aggregates (as in Lightning)
+        self.results.reset()
+        self.results.sync = context.strategy.sync_metric
+        context.results = self.results
+        self._results_fresh = True
+        context.hooks.call_callbacks("on_train_start")
+        context.hooks.call_module("on_train_start")
 
     def on_advance_start(self, fresh: bool = True) -> None:
         context = self.context
@@ -265,8 +272,10 @@ class FitLoop:
         for smp in samplers:
             if callable(getattr(smp, "set_epoch", None)):
                 smp.set_epoch(progress.current_epoch)  # shuffling samplers draw a new order per epoch
-        self.results.reset()
-        self.results.sync = context.strategy.sync_metric  # sync_dist=True reduces across processes
+        if not self._results_fresh:  # the first epoch keeps what on_train_start logged
+            self.results.reset()
+            self.results.sync = context.strategy.sync_metric  # sync_dist=True reduces across processes
+        self._results_fresh = False
         context.results = self.results
         context.metrics.epoch_end = False
         progress.batch_idx = 0

@@ -29,7 +29,7 @@ class MetricsHub:
         self.callback: dict[str, Any] = {}
         self.logged: dict[str, Any] = {}
         self.pbar: dict[str, Any] = {}
-        self._eval_steps: dict[str, int] = {}
+        self._eval_steps: dict[tuple[str, int], int] = {}
 
     def reset(self) -> None:
         self.callback = {}
@@ -92,15 +92,26 @@ class MetricsHub:
             return
         self.callback.update(callback)
         self.pbar.update(pbar)
-        stage = state.stage.value if state.stage is not None else "eval"
-        step = self._eval_steps.get(stage, 0)
-        self._eval_steps[stage] = step + 1
+        # each dataloader counts its own steps, continued across the runs of a stage (Lightning's x axis)
+        key = (state.stage.value if state.stage is not None else "eval", results.dataloader_idx or 0)
+        step = self._eval_steps.get(key, 0)
+        self._eval_steps[key] = step + 1
         if log and not state.sanity_checking:
-            self.log_metrics(log, step=step)
+            # the running dataloader's values only: an earlier loader's last step is not logged again
+            current = {r.meta.step_name for r in results.items.values()
+                       if r.meta.dataloader_idx in (None, results.dataloader_idx)}  # fmt: skip
+            log = {k: v for k, v in log.items() if k in current}
+            if log:
+                self.log_metrics(log, step=step, with_epoch=False)
 
     def on_eval_epoch_end(self, results: ResultCollection, num_dataloaders: int) -> list[dict[str, float]]:
         state = self.context.state
         callback, log, pbar = results.metrics(epoch=True)
+        # an evaluation's step values (`name_step`, or `name` logged on_step only) are not kept for callbacks:
+        # monitoring a validation step value is never what is meant (Lightning drops them too)
+        for result in results.items.values():
+            if result.meta.on_step:
+                self.callback.pop(result.meta.step_name, None)
         self.callback.update(callback)
         self.pbar.update(pbar)
         if log and not state.sanity_checking:
@@ -109,26 +120,29 @@ class MetricsHub:
         outputs: list[dict[str, float]] = []
         if state.sanity_checking:
             return outputs
-        epoch_names = {r.meta.epoch_name for r in results.items.values() if r.meta.on_epoch and r.meta.logger}
-        epoch_values = {k: v for k, v in callback.items() if k in epoch_names}
+        # each dataloader's results hold what was logged while it ran (also under add_dataloader_idx=False)
         for idx in range(num_dataloaders):
-            suffix = f"/dataloader_idx_{idx}"
             per_dl = {
-                k: v for k, v in epoch_values.items() if "/dataloader_idx_" not in k or k.endswith(suffix)
-            }
+                r.meta.epoch_name: callback[r.meta.epoch_name] for r in results.items.values()
+                if r.meta.on_epoch and r.meta.logger and r.meta.epoch_name in callback
+                and (r.meta.dataloader_idx is None or r.meta.dataloader_idx == idx)
+            }  # fmt: skip
             outputs.append(to_scalars(per_dl))
         return outputs
 
-    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
-        """Send metrics to every logger; converts tensors to numbers (a host-device sync point)."""
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None, with_epoch: bool = True) -> None:
+        """Send metrics to every logger; converts tensors to numbers (a host-device sync point). ``with_epoch``:
+        add the current epoch (not to an evaluation step's values, whose x axis is their own step)."""
         context = self.context
         scalars = to_scalars(metrics)
         if step is None:
             step = int(scalars.pop("step", context.progress.batches_that_stepped))
-        self.logged.update(scalars)
+        # trainer.logged_metrics holds tensors, as Lightning's does (the loggers get the numbers)
+        self.logged.update({k: torch.tensor(v) for k, v in scalars.items()})
         if not context.loggers:
             return
-        scalars.setdefault("epoch", context.progress.current_epoch)
+        if with_epoch:
+            scalars.setdefault("epoch", context.progress.current_epoch)
         for logger in context.loggers:
             logger.log_metrics(metrics=scalars, step=step)
             logger.save()

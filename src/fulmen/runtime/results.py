@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from fulmen.utilities.data import extract_batch_size
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 
 _REDUCE_NAMES = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 # the builtins too: ``reduce_fx=max`` is how Lightning's docs and users often write it
@@ -104,18 +104,22 @@ class LogMeta:
     metric_attribute: str | None = None
 
     @property
+    def _suffix(self) -> str:
+        return f"/dataloader_idx_{self.dataloader_idx}" if self.add_dataloader_idx and self.dataloader_idx is not None else ""
+
+    @property
     def display_name(self) -> str:
-        if self.add_dataloader_idx and self.dataloader_idx is not None:
-            return f"{self.name}/dataloader_idx_{self.dataloader_idx}"
-        return self.name
+        return self.name + self._suffix
 
     @property
     def step_name(self) -> str:
-        return f"{self.display_name}_step" if self.on_step and self.on_epoch else self.display_name
+        """``loss_step`` when both a step and an epoch value are kept; the dataloader suffix comes last
+        (``loss_step/dataloader_idx_1``), as in Lightning."""
+        return f"{self.name}_step{self._suffix}" if self.on_step and self.on_epoch else self.display_name
 
     @property
     def epoch_name(self) -> str:
-        return f"{self.display_name}_epoch" if self.on_step and self.on_epoch else self.display_name
+        return f"{self.name}_epoch{self._suffix}" if self.on_step and self.on_epoch else self.display_name
 
 
 def _is_metric(value: Any) -> bool:
@@ -307,8 +311,8 @@ class ResultCollection:
             )
         if not on_step and not on_epoch:
             raise MisconfigurationException(
-                f"self.log({name!r}, on_step=False, on_epoch=False) would never record the value. Set at "
-                "least one of on_step / on_epoch to True."
+                f"self.log({name!r}, on_step=False, on_epoch=False) is not useful: it would never record the value. "
+                "Set at least one of on_step / on_epoch to True."
             )
         return LogMeta(
             fx=fx, name=name, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
@@ -341,9 +345,10 @@ class ResultCollection:
             if hasattr(value, "item") and callable(value.item):  # numpy scalars
                 value = value.item()
             else:
-                raise MisconfigurationException(
-                    f"self.log({name!r}, value={value!r}) got a {type(value).__name__}; log a number, a "
-                    "one-element tensor or a torchmetrics Metric. For several values use self.log_dict()."
+                raise InvalidValueError(
+                    f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged: "
+                    "log a number, a one-element tensor or a torchmetrics Metric. For several values use "
+                    "self.log_dict()."
                 )
         return torch.tensor(value, device=device, dtype=torch.get_default_dtype())
 

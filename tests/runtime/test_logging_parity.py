@@ -1,0 +1,82 @@
+"""What ``self.log`` produces, against lightning==2.6.6: the logger calls (names, values, steps, ``epoch``),
+``callback_metrics`` keys and the per-dataloader results of ``test``."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import fulmen
+import fulmen.demos.boring_classes
+from tests.parity import oracle
+from tests.parity.oracle import parity
+
+pytestmark = parity
+
+
+def _model(base: Any, demos: Any, loaders: int) -> Any:
+    class Model(demos.BoringModel):
+        def on_train_start(self):
+            self.log("started", 123.0)  # an epoch value of the first epoch
+
+        def training_step(self, batch, batch_idx):
+            out = super().training_step(batch, batch_idx)
+            self.log("a", out["loss"].detach() * 0 + batch_idx, on_step=True, on_epoch=True)
+            self.log("best", float(batch_idx), on_step=False, on_epoch=True, reduce_fx=max)
+            return out
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("b", float(batch_idx + dataloader_idx), on_step=True, on_epoch=True)
+            self.log("val_steps", float(batch_idx), on_step=True, on_epoch=False)
+
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("t", float(batch_idx), on_step=True, on_epoch=True)
+            self.log(f"only_{dataloader_idx}", 10.0 * (dataloader_idx + 1), add_dataloader_idx=False)
+
+        def val_dataloader(self):
+            return [DataLoader(demos.RandomDataset(32, 6)) for _ in range(loaders)]
+
+        test_dataloader = val_dataloader
+
+    return Model()
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[str, float], int]] = []
+
+
+def _run(base: Any, demos: Any, loaders: int, tmp_path) -> dict[str, Any]:
+    recorder = _Recorder()
+
+    class Logger(base.loggers.CSVLogger):
+        def log_metrics(self, metrics, step=None):
+            recorder.calls.append(({k: round(float(v), 5) for k, v in metrics.items()}, step))
+
+    trainer = base.Trainer(max_epochs=2, limit_train_batches=3, limit_val_batches=2, limit_test_batches=2,
+                           log_every_n_steps=1, num_sanity_val_steps=0, logger=Logger(tmp_path),
+                           enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+    model = _model(base, demos, loaders)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(model)
+        after_fit = sorted(trainer.callback_metrics)
+        logged_are_tensors = all(isinstance(v, torch.Tensor) for v in trainer.logged_metrics.values())
+        results = trainer.test(model, verbose=False)
+    return {"calls": recorder.calls, "callback_metrics": after_fit, "logged_tensors": logged_are_tensors,
+            "test": [{k: round(float(v), 5) for k, v in r.items()} for r in results]}  # fmt: skip
+
+
+@pytest.mark.parametrize("loaders", [1, 2])
+def test_logging_matches_lightning(tmp_path, loaders):
+    ours = _run(fulmen, fulmen.demos.boring_classes, loaders, tmp_path / "fulmen")
+    lightning = oracle.lightning()
+    theirs = _run(lightning, oracle.lightning("lightning.pytorch.demos.boring_classes"), loaders, tmp_path / "l")
+    assert ours["callback_metrics"] == theirs["callback_metrics"]
+    assert ours["test"] == theirs["test"]
+    assert ours["logged_tensors"] and theirs["logged_tensors"]
+    assert ours["calls"] == theirs["calls"]
