@@ -8,13 +8,83 @@ import os
 from argparse import Namespace
 from typing import Any
 
-from fulmen.loggers.logger import Logger, next_version, save_hparams_yaml
+from fulmen.loggers.logger import Logger, next_version, rank_zero_experiment, save_hparams_yaml
 from fulmen.utilities import cloud_io
 from fulmen.utilities.rank_zero import rank_zero_only
 
 
+class ExperimentWriter:
+    """What ``CSVLogger.experiment`` is: the rows and hyper-parameters of one run directory, written to
+    ``metrics.csv`` and ``hparams.yaml`` in ``log_dir``.
+
+    Rows are kept in ``metrics`` until ``save()``, which appends them to the file (the whole file is
+    rewritten, atomically, only when a new column appears or the store cannot append). A directory that
+    already holds a run's files is added to, never emptied.
+    """
+
+    NAME_METRICS_FILE = "metrics.csv"
+    NAME_HPARAMS_FILE = "hparams.yaml"
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self.metrics_file_path = cloud_io.join(log_dir, self.NAME_METRICS_FILE)
+        self.hparams: dict[str, Any] = {}
+        self.metrics: list[dict[str, Any]] = []
+        self.metrics_keys: list[str] = []
+        cloud_io.makedirs(log_dir)
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        """Add ``params`` and write ``hparams.yaml`` now (a run that ends early still has them)."""
+        self.hparams.update(params)
+        save_hparams_yaml(cloud_io.join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
+
+    def log_metrics(self, metrics_dict: dict[str, Any], step: int | None = None) -> None:
+        row = {k: v.item() if hasattr(v, "item") else v for k, v in metrics_dict.items()}
+        row["step"] = step if step is not None else len(self.metrics)
+        self.metrics.append(row)
+
+    def save(self) -> None:
+        if not self.metrics:
+            return
+        path = self.metrics_file_path
+        new_keys = [k for row in self.metrics for k in row if k not in self.metrics_keys]
+        columns = list(dict.fromkeys(self.metrics_keys + new_keys))
+        if cloud_io.is_remote(path) or (set(columns) != set(self.metrics_keys) and os.path.exists(path)):
+            # a new metric appeared (or the store cannot append): rewrite the file whole, atomically
+            old = []
+            if cloud_io.exists(path):
+                old = list(csv.DictReader(io.StringIO(cloud_io.read_bytes(path).decode("utf-8"))))
+                columns = list(dict.fromkeys([*(old[0].keys() if old else []), *columns]))
+            out = io.StringIO()
+            writer = csv.DictWriter(out, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(old)
+            writer.writerows(self.metrics)
+            cloud_io.write_text(path, out.getvalue())
+        else:
+            new_file = not os.path.exists(path)
+            if not new_file and not self.metrics_keys:  # a file of an earlier run in this directory: its columns
+                with open(path, newline="", encoding="utf-8") as f:
+                    header = next(csv.reader(f), [])
+                if set(columns) <= set(header):
+                    columns = header
+                else:  # new columns: rewrite with the union
+                    self.metrics_keys = header
+                    self.save()
+                    return
+            with open(path, "a", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, fieldnames=columns)
+                if new_file:
+                    writer.writeheader()
+                writer.writerows(self.metrics)
+        self.metrics_keys = columns
+        self.metrics = []
+
+
 class CSVLogger(Logger):
     """Writes ``save_dir/name/version_N/metrics.csv`` (one row per logged step) and ``hparams.yaml``."""
+
+    LOGGER_JOIN_CHAR = "-"
 
     def __init__(
         self,
@@ -29,11 +99,8 @@ class CSVLogger(Logger):
         self._name = name or ""
         self._version = version
         self._prefix = prefix
-        self._flush_every = flush_logs_every_n_steps
-        self._rows: list[dict[str, Any]] = []
-        self._columns: list[str] = []
-        self._hparams: dict[str, Any] = {}
-        self._written_rows = 0
+        self._flush_logs_every_n_steps = flush_logs_every_n_steps
+        self._experiment: ExperimentWriter | None = None
 
     @property
     def name(self) -> str:
@@ -51,7 +118,7 @@ class CSVLogger(Logger):
 
     @property
     def root_dir(self) -> str:
-        return cloud_io.join(self._save_dir, self._name)
+        return cloud_io.join(self._save_dir, self._name) if self._name else self._save_dir
 
     @property
     def log_dir(self) -> str:
@@ -59,52 +126,30 @@ class CSVLogger(Logger):
         return cloud_io.join(self.root_dir, version)
 
     @property
-    def experiment(self) -> CSVLogger:
-        return self
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        """The run's :class:`ExperimentWriter` (its directory is made on first use)."""
+        if self._experiment is None:
+            self._experiment = ExperimentWriter(self.log_dir)
+        return self._experiment
 
     @rank_zero_only
     def log_hyperparams(
         self, params: dict[str, Any] | Namespace | None = None, *args: Any, **kwargs: Any
     ) -> None:
-        if params is None:
-            return
-        self._hparams.update(vars(params) if isinstance(params, Namespace) else dict(params))
+        params = {} if params is None else vars(params) if isinstance(params, Namespace) else dict(params)
+        self.experiment.log_hparams(params)
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        row = {f"{self._prefix}-{k}" if self._prefix else k: v for k, v in metrics.items()}
-        row["step"] = step if step is not None else len(self._rows)
-        self._rows.append(row)
-        if (row["step"] + 1) % self._flush_every == 0:
+        row = {f"{self._prefix}{self.LOGGER_JOIN_CHAR}{k}" if self._prefix else k: v for k, v in metrics.items()}
+        if step is None:
+            step = len(self.experiment.metrics)
+        self.experiment.log_metrics(row, step)
+        if (step + 1) % self._flush_logs_every_n_steps == 0:
             self.save()
 
     @rank_zero_only
     def save(self) -> None:
-        cloud_io.makedirs(self.log_dir)
-        if self._hparams:
-            save_hparams_yaml(cloud_io.join(self.log_dir, "hparams.yaml"), self._hparams)
-        if not self._rows:
-            return
-        path = cloud_io.join(self.log_dir, "metrics.csv")
-        new_columns = [k for row in self._rows for k in row if k not in self._columns]
-        columns = list(dict.fromkeys(self._columns + new_columns))
-        if cloud_io.is_remote(path) or (set(columns) != set(self._columns) and os.path.exists(path)):
-            # a new metric appeared (or the store cannot append): rewrite the file whole, atomically
-            old = []
-            if cloud_io.exists(path):
-                old = list(csv.DictReader(io.StringIO(cloud_io.read_bytes(path).decode("utf-8"))))
-            out = io.StringIO()
-            writer = csv.DictWriter(out, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(old)
-            writer.writerows(self._rows)
-            cloud_io.write_text(path, out.getvalue())
-        else:
-            new_file = not os.path.exists(path)
-            with open(path, "a", newline="", encoding="utf-8") as f:
-                writer = csv.DictWriter(f, fieldnames=columns)
-                if new_file:
-                    writer.writeheader()
-                writer.writerows(self._rows)
-        self._columns = columns
-        self._rows = []
+        super().save()
+        self.experiment.save()

@@ -28,6 +28,8 @@ from fulmen.utilities.rank_zero import rank_zero_only
 class TensorBoardLogger(Logger):
     """Writes ``save_dir/name/version_N/events.out.tfevents.*`` and ``hparams.yaml``."""
 
+    NAME_HPARAMS_FILE = "hparams.yaml"
+
     def __init__(
         self,
         save_dir: str | os.PathLike[str],
@@ -149,9 +151,11 @@ class TensorBoardLogger(Logger):
         if self._experiment is not None:
             self._experiment.flush()
             self._upload()
-        if self.hparams:
+        # hparams.yaml beside the events once the run has a directory, empty if nothing was logged (as in
+        # Lightning: load_from_checkpoint(hparams_file=...) can always be pointed at it)
+        if self.hparams or self._experiment is not None or cloud_io.isdir(self.log_dir):
             cloud_io.makedirs(self.log_dir)
-            save_hparams_yaml(cloud_io.join(self.log_dir, "hparams.yaml"), self.hparams)
+            save_hparams_yaml(cloud_io.join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
