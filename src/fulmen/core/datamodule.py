@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import inspect
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from fulmen.core.hooks import DataHooks
@@ -59,11 +62,14 @@ class LightningDataModule(DataHooks, HyperparametersMixin):
         num_workers: int = 0,
         **datamodule_kwargs: Any,
     ) -> LightningDataModule:
-        """A data module whose dataloaders wrap the given datasets (shuffled for training only)."""
+        """A data module whose dataloaders wrap the given datasets (shuffled for training only; pinned memory
+        where a GPU exists). ``batch_size`` / ``num_workers`` also go to ``__init__`` when it takes them, with
+        ``datamodule_kwargs``."""
 
         def loader(ds: Dataset, shuffle: bool) -> DataLoader:
             shuffle &= not isinstance(ds, IterableDataset)
-            return DataLoader(ds, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers)
+            return DataLoader(ds, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
+                              pin_memory=torch.cuda.is_available())  # fmt: skip
 
         def many(ds: Any, shuffle: bool) -> Any:
             if isinstance(ds, dict):
@@ -72,7 +78,10 @@ class LightningDataModule(DataHooks, HyperparametersMixin):
                 return [loader(v, shuffle) for v in ds]
             return loader(ds, shuffle)
 
-        datamodule = cls(**datamodule_kwargs)
+        params = inspect.signature(cls.__init__).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        special = {"batch_size": batch_size, "num_workers": num_workers}
+        datamodule = cls(**{k: v for k, v in special.items() if takes_any or k in params}, **datamodule_kwargs)
         if train_dataset is not None:
             datamodule.train_dataloader = lambda: many(train_dataset, True)  # type: ignore[method-assign]
         if val_dataset is not None:
@@ -82,6 +91,18 @@ class LightningDataModule(DataHooks, HyperparametersMixin):
         if predict_dataset is not None:
             datamodule.predict_dataloader = lambda: many(predict_dataset, False)  # type: ignore[method-assign]
         return datamodule
+
+    def __str__(self) -> str:
+        """The dataset size behind each dataloader the module gives now (``None`` where it gives none)."""
+        lines = []
+        for title, hook in (("Train", "train_dataloader"), ("Validation", "val_dataloader"),
+                            ("Test", "test_dataloader"), ("Predict", "predict_dataloader")):  # fmt: skip
+            try:
+                loaders: Any = getattr(self, hook)()
+            except Exception:  # not implemented, or its data not set up yet
+                loaders = None
+            lines.append(f"{{{title} dataloader: {_describe_loaders(loaders)}}}")
+        return os.linesep.join(lines)
 
     def state_dict(self) -> dict[str, Any]:
         """State to store in checkpoints; override together with :meth:`load_state_dict`."""
@@ -93,3 +114,20 @@ class LightningDataModule(DataHooks, HyperparametersMixin):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_exception(self, exception: BaseException) -> None: ...
+
+
+def _describe_loaders(loaders: Any) -> str:
+    def size(loader: Any) -> str:
+        dataset = getattr(loader, "dataset", loader)
+        try:
+            return f"size={len(dataset)}"
+        except TypeError:
+            return "size=NA"
+
+    if loaders is None:
+        return "None"
+    if isinstance(loaders, Mapping):
+        loaders = list(loaders.values())
+    if isinstance(loaders, (list, tuple)):
+        return " ; ".join(f"{i}. {size(dl)}" for i, dl in enumerate(loaders, start=1))
+    return size(loaders)

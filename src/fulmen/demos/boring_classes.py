@@ -85,11 +85,16 @@ class BoringDataModule(LightningDataModule):
         self.random_full = RandomDataset(32, 64 * 4)
 
     def setup(self, stage: str) -> None:
+        """The split(s) of ``stage`` only: fit also sets up validation (another stage's loader is then absent)."""
         data = self.random_full
-        self.random_train = torch.utils.data.Subset(data, range(64))
-        self.random_val = torch.utils.data.Subset(data, range(64, 128))
-        self.random_test = torch.utils.data.Subset(data, range(128, 192))
-        self.random_predict = torch.utils.data.Subset(data, range(192, 256))
+        if stage == "fit":
+            self.random_train = torch.utils.data.Subset(data, range(64))
+        if stage in ("fit", "validate"):
+            self.random_val = torch.utils.data.Subset(data, range(64, 128))
+        if stage == "test":
+            self.random_test = torch.utils.data.Subset(data, range(128, 192))
+        if stage == "predict":
+            self.random_predict = torch.utils.data.Subset(data, range(192, 256))
 
     def train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
         return DataLoader(self.random_train)
