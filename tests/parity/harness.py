@@ -46,7 +46,10 @@ def run_scenario(name: str, scenario: dict[str, Any]) -> dict[str, Any]:
         def __init__(self):
             super().__init__()
             torch.manual_seed(1)
-            self.net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+            layers = [torch.nn.Linear(6, 8), torch.nn.Tanh()]
+            if opts.get("dropout"):  # draws from the global RNG at every training step
+                layers.append(torch.nn.Dropout(opts["dropout"]))
+            self.net = torch.nn.Sequential(*layers, torch.nn.Linear(8, 1))
 
         def forward(self, x):
             return self.net(x)
@@ -104,9 +107,12 @@ def run_scenario(name: str, scenario: dict[str, Any]) -> dict[str, Any]:
 
     torch.manual_seed(0)
     model = Model()
+    if "seed" in scenario:  # seed_everything after the model: the loaders' shuffles and dropout follow it
+        pl.seed_everything(scenario["seed"], workers=True, verbose=False)
     ds = make_data(scenario.get("n", 40))
-    train = DataLoader(ds, batch_size=scenario.get("batch_size", 8), shuffle=False)
-    val = DataLoader(make_data(16, seed=1), batch_size=8)
+    shuffle, workers = scenario.get("shuffle", False), scenario.get("workers", 0)
+    train = DataLoader(ds, batch_size=scenario.get("batch_size", 8), shuffle=shuffle, num_workers=workers)
+    val = DataLoader(make_data(16, seed=1), batch_size=4 if shuffle else 8, shuffle=shuffle, num_workers=workers)
     callbacks = [Recorder()]
     if "early_stopping" in scenario:
         callbacks.append(pl.callbacks.EarlyStopping(**scenario["early_stopping"]))

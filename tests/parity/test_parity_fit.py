@@ -59,6 +59,13 @@ SCENARIOS = {
     "lbfgs_closure": {"trainer": {"max_epochs": 2}, "module": {"optimizer": "lbfgs"}},
     "fast_dev_run": {"trainer": {"fast_dev_run": 2}},
     "no_sanity_no_val": {"trainer": {"max_epochs": 2, "num_sanity_val_steps": 0}, "val": False},
+    # same seed, same numbers: the sanity check runs (on a shuffled validation loader) and leaves the random
+    # generators as it found them, so the training shuffles and dropout masks are Lightning's
+    "seeded_shuffled_dropout_sanity": {"seed": 42, "shuffle": True, "trainer": {"max_epochs": 3},
+                                       "module": {"dropout": 0.3}},
+    "seeded_shuffled_dropout_workers": {"seed": 7, "shuffle": True, "workers": 2,
+                                        "trainer": {"max_epochs": 2, "num_sanity_val_steps": 1},
+                                        "module": {"dropout": 0.3}},
 }
 
 

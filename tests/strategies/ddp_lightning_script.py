@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from tests.strategies.ddp_model import CASES, gan_loader, loader, model_classes
+from tests.strategies.ddp_model import CASES, gan_loader, loader, model_classes, seeded_model_class
 
 
 def main(outdir: str) -> None:
@@ -30,6 +30,10 @@ def main(outdir: str) -> None:
     model = Model()  # shuffled: both inject DistributedSampler(shuffle=True, seed=0) and call set_epoch
     pl.Trainer(strategy="ddp", **options).fit(model, loader(batch_size=4, shuffle=True))
     results["shuffled"] = model.state_dict()
+    pl.seed_everything(42, verbose=False)
+    seeded = seeded_model_class(pl)()
+    pl.Trainer(strategy="ddp", **options).fit(seeded, loader(batch_size=4, shuffle=True), loader(batch_size=4, shuffle=True))
+    results["seeded"] = seeded.state_dict()
     gan = GAN()
     try:
         pl.Trainer(strategy="ddp_find_unused_parameters_true", **unshuffled).fit(gan, sharded(gan_loader(4)))

@@ -50,6 +50,30 @@ def model_classes(pl: Any) -> tuple[type, type]:
     return Model, GAN
 
 
+def seeded_model_class(pl: Any) -> type:
+    """Dropout and a validation step: with ``seed_everything`` the masks, the training and validation shuffles
+    and the sanity check's draws must come out as Lightning's on every rank."""
+
+    class Seeded(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Dropout(0.3), nn.Linear(16, 3))
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return nn.functional.cross_entropy(self.net(x), y)
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_loss", nn.functional.cross_entropy(self.net(x), y), sync_dist=True)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.3, momentum=0.9)
+
+    return Seeded
+
+
 def _module_level(cls: type) -> type:
     cls.__qualname__ = cls.__name__  # picklable by name (ddp_spawn pickles the module for its workers)
     return cls

@@ -15,7 +15,16 @@ import sys
 import torch
 
 import fulmen
-from tests.strategies.ddp_model import CASES, GAN, Model, RankScore, StopsOnOneRank, gan_loader, loader
+from tests.strategies.ddp_model import (
+    CASES,
+    GAN,
+    Model,
+    RankScore,
+    StopsOnOneRank,
+    gan_loader,
+    loader,
+    seeded_model_class,
+)
 
 # two processes: two devices on one node, or (a simulated two-machine run) one device on each of two nodes
 LAYOUT = {
@@ -81,6 +90,11 @@ def main(outdir: str) -> None:
     model = Model()
     ddp_trainer().fit(model, loader(batch_size=4, shuffle=True))
     results["shuffled"] = {"weights": model.state_dict()}
+    # seeded: dropout, shuffled training and validation loaders, the sanity check on (compared with Lightning)
+    fulmen.seed_everything(42, verbose=False)
+    seeded = seeded_model_class(fulmen)()
+    ddp_trainer().fit(seeded, loader(batch_size=4, shuffle=True), loader(batch_size=4, shuffle=True))
+    results["seeded"] = {"weights": seeded.state_dict()}
     # checkpoint + resume: rank 0 writes the mid-epoch checkpoints, every rank resumes from one
     every_5 = fulmen.callbacks.ModelCheckpoint(dirpath=f"{outdir}/ckpt", every_n_train_steps=5, save_top_k=-1)
     ddp_trainer(callbacks=[every_5], enable_checkpointing=True).fit(Model(), loader(batch_size=4))

@@ -121,7 +121,7 @@ def lightning_ddp(tmp_path_factory):
 @pytest.mark.slow
 def test_same_weights_as_lightning_ddp(ddp_results, lightning_ddp):
     for rank in (0, 1):
-        for case in [*CASES, "gan", "shuffled"]:
+        for case in [*CASES, "gan", "shuffled", "seeded"]:
             ours = ddp_results[rank][case]["weights"]
             theirs = lightning_ddp[rank][case]
             assert not isinstance(theirs, str), theirs

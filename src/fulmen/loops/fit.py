@@ -224,6 +224,9 @@ class FitLoop:
             return
         state = context.state
         stage = state.stage
+        # the sanity check leaves the random generators as it found them (as Lightning does): a seeded run
+        # trains on the same numbers whether it is on or off
+        rng_before = capture_rng()
         state.stage = RunningStage.SANITY_CHECKING
         context.hooks.call_callbacks("on_sanity_check_start")
         loaders, counts = context.data.fit_val_dataloaders()
@@ -233,6 +236,7 @@ class FitLoop:
         context.hooks.call_callbacks("on_sanity_check_end")
         context.metrics.reset()  # values logged during the sanity check must not reach callbacks or loggers
         state.stage = stage
+        restore_rng(rng_before)
 
     def run_validation(self) -> None:
         """A validation run inside the epoch, then the ranks agree on ``should_stop`` (they wait here anyway)."""

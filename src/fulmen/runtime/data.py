@@ -161,7 +161,7 @@ class DataSource:
 
     def _distributed(self, loader: Any, stage: str) -> Any:
         """Under several processes, a DataLoader gets a DistributedSampler (each process its share; the
-        training loader keeps its shuffling, and the fit loop calls ``set_epoch``). Opt out with
+        loader keeps its shuffling, and the loops call ``set_epoch``). Opt out with
         ``Trainer(use_distributed_sampler=False)``."""
         strategy = self.context.strategy
         if strategy.world_size <= 1 or not self.context.config.use_distributed_sampler:
@@ -172,7 +172,8 @@ class DataSource:
             return loader  # an iterable, a custom loader or batch sampler: the user shards it
         if isinstance(loader.sampler, DistributedSampler):
             return loader
-        shuffle = stage == "train" and isinstance(loader.sampler, RandomSampler)
+        # a shuffled loader stays shuffled, for evaluation too (as in Lightning, so seeded runs agree)
+        shuffle = isinstance(loader.sampler, RandomSampler)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
         sampler: DistributedSampler[Any] = DistributedSampler(
             loader.dataset, num_replicas=strategy.world_size, rank=strategy.global_rank,

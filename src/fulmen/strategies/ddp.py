@@ -29,6 +29,7 @@ from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterLayout, dete
 from fulmen.strategies.strategy import Strategy
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_only
+from fulmen.utilities.seed import reset_seed
 
 
 def _script_command() -> list[str]:
@@ -297,6 +298,9 @@ class DDPStrategy(Strategy):
             # its threads were once torn down in an order that aborted the process (SIGABRT) after a clean run
             atexit.register(_destroy_group)
         rank_zero_only.rank = self.global_rank  # type: ignore[attr-defined]
+        # every process starts the run from seed_everything's seed, whatever it drew since (building the
+        # model...), as Lightning's DDP does: seeded runs then match Lightning's, started processes included
+        reset_seed()
         super().setup_environment()
 
     def _elastic_store(self) -> dist.Store | None:
