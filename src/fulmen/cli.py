@@ -20,6 +20,7 @@ from fulmen.callbacks.callback import Callback
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.trainer.trainer import Trainer
+from fulmen.utilities.rank_zero import rank_zero_warn
 from fulmen.utilities.seed import seed_everything
 
 _SUBCOMMANDS = {
@@ -48,26 +49,49 @@ class SaveConfigCallback(Callback):
     """Writes the run's full config next to its logs, so ``--config <that file>`` repeats the run."""
 
     def __init__(
-        self, parser: Any, config: Any, config_filename: str = "config.yaml", overwrite: bool = False
-    ) -> None:
+        self, parser: Any, config: Any, config_filename: str = "config.yaml", overwrite: bool = False,
+        multifile: bool = False, save_to_log_dir: bool = True,
+    ) -> None:  # fmt: skip
+        if not save_to_log_dir and type(self).save_config is SaveConfigCallback.save_config:
+            raise ValueError(
+                "SaveConfigCallback(save_to_log_dir=False) writes nothing itself: subclass it and override "
+                "`save_config(trainer, pl_module, stage)` to save the config elsewhere (e.g. to a logger)."
+            )
         self.parser = parser
         self.config = config
         self.config_filename = config_filename
         self.overwrite = overwrite
+        self.multifile = multifile
+        self.save_to_log_dir = save_to_log_dir
+        self.already_saved = False
         self.path: str | None = None
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        log_dir = trainer.log_dir or trainer.default_root_dir
-        path = os.path.join(log_dir, self.config_filename)
+        if self.already_saved:
+            return
+        if self.save_to_log_dir:
+            log_dir = trainer.log_dir or trainer.default_root_dir
+            path = os.path.join(log_dir, self.config_filename)
+            exists = os.path.exists(path) and not self.overwrite
+            if trainer.is_global_zero and exists and stage != "fit":
+                # an evaluation next to a training run's config: keep that config, and evaluate anyway
+                rank_zero_warn(f"{path} already exists (an earlier run's config): it is kept, not overwritten.")
+            elif trainer.is_global_zero:
+                if exists and trainer.ckpt_path is None:
+                    raise RuntimeError(
+                        f"{path} already exists: saving the config would overwrite a previous run's. Aborting to "
+                        "avoid overwriting results of a previous run. Use another --trainer.default_root_dir, or "
+                        "LightningCLI(save_config_kwargs={'overwrite': True})."
+                    )
+                os.makedirs(log_dir, exist_ok=True)
+                self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=self.multifile)
+            self.path = path
         if trainer.is_global_zero:
-            if os.path.exists(path) and not self.overwrite and trainer.ckpt_path is None:
-                raise RuntimeError(
-                    f"{path} already exists: saving the config would overwrite a previous run's. Use another "
-                    "--trainer.default_root_dir, or LightningCLI(save_config_kwargs={'overwrite': True})."
-                )
-            os.makedirs(log_dir, exist_ok=True)
-            self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=False)
-        self.path = path
+            self.save_config(trainer, pl_module, stage)
+        self.already_saved = True
+
+    def save_config(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """Override to save the config somewhere else as well (e.g. ``trainer.logger.log_hyperparams``)."""
 
 
 class LightningCLI:
@@ -122,6 +146,8 @@ class LightningCLI:
             self._add_arguments(parser, None)
             return parser
         parser = jap.ArgumentParser(description="fulmen: train PyTorch models.", **parser_kwargs)
+        # a config before the subcommand holds a section per subcommand: --config cfg.yaml test
+        parser.add_argument("-c", "--config", action=jap.ActionConfigFile, help="YAML config file (repeatable).")
         subcommands = parser.add_subcommands(required=True, dest="subcommand")
         self._subparsers: dict[str, Any] = {}
         for name, help_text in _SUBCOMMANDS.items():
@@ -130,6 +156,17 @@ class LightningCLI:
             subcommands.add_subcommand(name, sub, help=help_text)
             self._subparsers[name] = sub
         return parser
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """The subcommands and, for each, the arguments of the Trainer method that the CLI fills itself (the
+        model, the data); the method's other arguments (``ckpt_path``, ``verbose`` ...) are options."""
+        return {
+            "fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
+            "validate": {"model", "dataloaders", "datamodule"},
+            "test": {"model", "dataloaders", "datamodule"},
+            "predict": {"model", "dataloaders", "datamodule"},
+        }
 
     def _add_arguments(self, parser: Any, subcommand: str | None) -> None:
         jap = _jsonargparse()
@@ -152,7 +189,10 @@ class LightningCLI:
         self._add_component(
             parser, "data", self.datamodule_class, LightningDataModule, self.subclass_mode_data, False
         )
-        if subcommand is not None:
+        skip = self.subcommands().get(subcommand or "")
+        if skip is not None:  # the Trainer method's own options: --ckpt_path, --verbose, --weights_only ...
+            parser.add_method_arguments(self.trainer_class, subcommand, skip=skip, fail_untyped=False)
+        elif subcommand is not None:
             parser.add_argument(
                 "--ckpt_path", type=str | None, default=None, help="Checkpoint: a path, 'last' or 'best'."
             )
@@ -183,28 +223,47 @@ class LightningCLI:
         kwargs = dict(init.get("trainer") or {})
         callbacks = kwargs.get("callbacks") or []
         callbacks = [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
-        if self.save_config_callback is not None and self.subcommand == "fit":
-            # the subcommand's own section: `fulmen fit --config <saved file>` repeats the run
+        if self.save_config_callback is not None and self.subcommand in self.subcommands():
+            # the subcommand's own section: `fulmen fit --config <saved file>` repeats the run; first among the
+            # callbacks (as in Lightning), so it writes before the others start
             sub = self._subparsers[self.subcommand]
-            callbacks.append(self.save_config_callback(sub, section, **self.save_config_kwargs))
+            callbacks.insert(0, self.save_config_callback(sub, section, **self.save_config_kwargs))
         defaults = self.trainer_defaults.get("callbacks") or []
         callbacks += defaults if isinstance(defaults, list) else [defaults]
         kwargs["callbacks"] = callbacks
         return self.trainer_class(**kwargs)
 
     def _run(self, init: Any) -> None:
-        if self.subcommand == "tune":
+        """``before_<subcommand>()``, the subcommand (a method of that name on this class if it has one, else
+        the Trainer's), ``after_<subcommand>()``: override any of them."""
+        subcommand = self.subcommand
+        assert subcommand is not None
+        if subcommand == "tune":
             self._tune()
             return
-        fn = getattr(self.trainer, self.subcommand)  # type: ignore[arg-type]
-        kwargs: dict[str, Any] = {"datamodule": self.datamodule, "ckpt_path": init.get("ckpt_path")}
-        if self.subcommand == "fit":
-            fn(self.model, **kwargs)
-            self._report_fit()
-        elif self.subcommand == "predict":
+        kwargs: dict[str, Any] = {"model": self.model}
+        if self.datamodule is not None:
+            kwargs["datamodule"] = self.datamodule
+        options = {k: v for k, v in self._section.items() if k in self._method_options(subcommand)}
+        kwargs.update(options)
+        getattr(self, f"before_{subcommand}", lambda: None)()
+        own = getattr(self, subcommand, None)
+        if callable(own):
+            own(**kwargs)
+        elif subcommand == "predict":
             self._predict(kwargs)
         else:
-            fn(self.model, **kwargs)
+            getattr(self.trainer, subcommand)(**kwargs)
+            if subcommand == "fit":
+                self._report_fit()
+        getattr(self, f"after_{subcommand}", lambda: None)()
+
+    def _method_options(self, subcommand: str) -> set[str]:
+        import inspect
+
+        skip = self.subcommands()[subcommand] | {"self"}
+        method = getattr(self.trainer_class, subcommand, None)
+        return set(inspect.signature(method).parameters) - skip if method is not None else set()
 
     def _predict(self, kwargs: dict[str, Any]) -> None:
         """Predict through the prediction writers among the callbacks, and say where they wrote; with none,
@@ -213,7 +272,9 @@ class LightningCLI:
 
         trainer = self.trainer
         writers = [cb for cb in trainer.callbacks if isinstance(cb, BasePredictionWriter)]
-        predictions = trainer.predict(self.model, return_predictions=not writers, **kwargs)
+        if kwargs.get("return_predictions") is None:
+            kwargs["return_predictions"] = not writers
+        predictions = trainer.predict(**kwargs)
         if not trainer.is_global_zero:
             return
         for writer in writers:
@@ -264,7 +325,7 @@ class LightningCLI:
             )
         if trainer.loggers:
             lines.append(f"logs: {trainer.log_dir}")
-            png = plot_run(trainer.log_dir) if trainer.log_dir else None
+            png = plot_run(trainer.log_dir) if trainer.log_dir and os.path.isdir(trainer.log_dir) else None
             if png:
                 lines.append(f"curves: {png}")
         for line in lines:

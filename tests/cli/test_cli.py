@@ -8,6 +8,8 @@ import pytest
 import torch
 import yaml
 
+import fulmen
+
 pytest.importorskip("jsonargparse")
 
 from fulmen.cli import LightningCLI, main, plot_run
@@ -137,3 +139,30 @@ def test_trainer_defaults_may_hold_callback_objects(tmp_path):
     several = [LearningRateMonitor(), EarlyStopping(monitor="y")]
     cli = LightningCLI(args=["--model", BORING, "--data", BORING_DATA], run=False, trainer_defaults={"callbacks": several})
     assert all(cb in cli.trainer.callbacks for cb in several)
+
+
+def test_subcommand_options_hooks_and_a_config_before_the_subcommand(tmp_path, monkeypatch):
+    from unittest import mock
+
+    from fulmen.cli import SaveConfigCallback
+
+    class HookedCLI(LightningCLI):
+        def __init__(self, *args, **kwargs):
+            self.called = []
+            super().__init__(*args, **kwargs)
+
+        def before_test(self):
+            self.called.append("before_test")
+
+        def after_test(self):
+            self.called.append("after_test")
+
+    config = {"validate": {"verbose": False, "ckpt_path": "a.ckpt"},
+              "test": {"trainer": {"limit_test_batches": 1}, "verbose": True, "ckpt_path": "b.ckpt"}}  # fmt: skip
+    args = [f"--config={config}", "test", "--model", BORING, f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.logger=false"]  # fmt: skip
+    with mock.patch.object(fulmen.Trainer, "test", autospec=True) as test:
+        cli = HookedCLI(args=args)
+    test.assert_called_once_with(cli.trainer, model=cli.model, verbose=True, ckpt_path="b.ckpt", weights_only=None)
+    assert cli.called == ["before_test", "after_test"] and cli.trainer.limit_test_batches == 1
+    assert isinstance(cli.trainer.callbacks[0], SaveConfigCallback)  # first, for every subcommand
