@@ -60,7 +60,7 @@ class GradientAccumulationScheduler(Callback):
         low = {k: v for k, v in scheduling.items() if v < 1}
         if low:
             raise MisconfigurationException(
-                f"GradientAccumulationScheduler(scheduling=...): accumulation factors must be >= 1; got {low!r}."
+                f"GradientAccumulationScheduler(scheduling=...): Accumulation factor should be an int >= 1; got {low!r}."
             )
         smallest = min(scheduling)
         if smallest < 0:
@@ -94,7 +94,7 @@ class GradientAccumulationScheduler(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not pl_module.automatic_optimization:
             raise RuntimeError(
-                "GradientAccumulationScheduler needs automatic optimization, but "
+                "Automatic gradient accumulation and the `GradientAccumulationScheduler` need automatic optimization, but "
                 f"{type(pl_module).__name__} sets `automatic_optimization = False`. Remove the callback and "
                 "accumulate in training_step, or switch to automatic optimization."
             )

@@ -52,8 +52,8 @@ class StochasticWeightAveraging(Callback):
             or (isinstance(swa_epoch_start, float) and 0 < swa_epoch_start < 1)
         ):
             raise MisconfigurationException(
-                f"swa_epoch_start={swa_epoch_start!r} must be an int >= 1 (a 1-based epoch number) or a float in "
-                "(0, 1) (a fraction of max_epochs)."
+                f"swa_epoch_start={swa_epoch_start!r} should be a >0 integer or a float between 0 and 1: an int >= 1 (a "
+                "1-based epoch number) or a float in (0, 1) (a fraction of max_epochs)."
             )
         lrs = swa_lrs if isinstance(swa_lrs, (list, tuple)) else [swa_lrs] if swa_lrs is not None else []
         if any(isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0 for lr in lrs):

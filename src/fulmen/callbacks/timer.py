@@ -31,7 +31,7 @@ class Timer(Callback):
         parsed = parse_time(duration, flag="Timer(duration)")
         if interval not in ("step", "epoch"):
             raise MisconfigurationException(
-                f"Timer(interval={interval!r}) is not supported. Use 'step' or 'epoch'."
+                f"Unsupported parameter value Timer(interval={interval!r}). Use 'step' or 'epoch'."
             )
         self._duration = parsed.total_seconds() if parsed is not None else None
         self._interval = interval

@@ -95,7 +95,8 @@ def parse_configure_optimizers(
         optimizers = list(returned)
     else:
         raise MisconfigurationException(
-            f"configure_optimizers returned {_short(returned)}, which is not a supported form. Return {_FORMS}."
+            f"Unknown configuration for model optimizers: configure_optimizers returned {_short(returned)}, which is "
+            f"not a supported form. Return {_FORMS}."
         )
     for opt in optimizers:
         if not _is_optimizer(opt):
@@ -154,7 +155,7 @@ def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False)
     if isinstance(scheduler, Mapping):
         if "scheduler" not in scheduler:
             raise MisconfigurationException(
-                f"An lr scheduler dict must have a 'scheduler' key; got keys {sorted(scheduler)}. Use "
+                f'The lr scheduler dict must have the key "scheduler"; got keys {sorted(scheduler)}. Use '
                 "{'scheduler': scheduler, 'interval': 'epoch' | 'step', 'frequency': 1, 'monitor': ...}."
             )
         extra = set(scheduler) - _SCHEDULER_KEYS - {"opt_idx"}
@@ -166,7 +167,7 @@ def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False)
         interval = scheduler.get("interval", "epoch")
         if interval not in ("step", "epoch"):
             raise MisconfigurationException(
-                f"The lr scheduler dict has interval={interval!r}; it must be 'step' or 'epoch'."
+                f'The "interval" key in lr scheduler dict must be "step" or "epoch", but is {interval!r}.'
             )
         frequency = scheduler.get("frequency", 1)
         if not isinstance(frequency, int) or isinstance(frequency, bool) or frequency < 1:
@@ -190,7 +191,8 @@ def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False)
         )
     if config.reduce_on_plateau and config.monitor is None and not manual:
         raise MisconfigurationException(
-            "A ReduceLROnPlateau scheduler needs a metric to monitor, and none was given. Return e.g. "
+            "`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used: none was "
+            "given. Return e.g. "
             "{'optimizer': optimizer, 'lr_scheduler': {'scheduler': scheduler, 'monitor': 'val_loss'}} "
             "from configure_optimizers."
         )

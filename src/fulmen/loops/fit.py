@@ -125,7 +125,7 @@ class FitLoop:
         if isinstance(vci, int):
             if config.check_val_every_n_epoch is not None and vci > self.max_batches:
                 raise ValueError(
-                    f"val_check_interval={vci} is larger than the number of training batches per epoch "
+                    f"val_check_interval={vci} must be less than or equal to the number of the training batches per epoch "
                     f"({self.max_batches}). Use a value <= {self.max_batches}, set check_val_every_n_epoch=None "
                     "to count batches across epochs, or limit_val_batches=0 to disable validation."
                 )

@@ -253,8 +253,8 @@ class TrainingEpochLoop:
                 if metric is None:
                     if config.strict:
                         raise MisconfigurationException(
-                            f"The ReduceLROnPlateau scheduler monitors {config.monitor!r}, which was not logged. "
-                            f"Logged metrics: {sorted(metrics)}. Log it with self.log("
+                            f"ReduceLROnPlateau conditioned on metric {config.monitor!r} which is not available. "
+                            f"Available metrics are: {sorted(metrics)}. Log it with self.log("
                             f"{config.monitor!r}, ...) or change the scheduler's 'monitor'."
                         )
                     self._warnings.warn(

@@ -137,7 +137,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
         best = getattr(cb, "best_model_path", "") if cb is not None else ""
         if not best:
             raise ValueError(
-                'ckpt_path="best" but no best checkpoint is known: no ModelCheckpoint has saved one in this '
+                'ckpt_path="best" but no best checkpoint is known: the trainer is not configured to save the best model, or `ModelCheckpoint` is not configured. No ModelCheckpoint has saved one in this '
                 "trainer. Run fit() with a ModelCheckpoint(monitor=...) first, or pass a file path."
             )
         return str(best)
@@ -161,7 +161,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
     path = cloud_io.local(ckpt_path)
     cloud_io.check_reachable(path, "ckpt_path")
     if not cloud_io.exists(path):
-        raise FileNotFoundError(f"ckpt_path={path!r}: no such checkpoint file.")
+        raise FileNotFoundError(f"Checkpoint file not found: ckpt_path={path!r}.")
     return path
 
 

@@ -249,9 +249,10 @@ def _check_int(name: str, value: Any, minimum: int = 0, allow_none: bool = False
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(f"{name}={value!r} must be an int >= {minimum}{hint}.")
+        raise InvalidTypeError(f"`{name}` should be an integer: got {name}={value!r}; use an int >= {minimum}{hint}.")
     if value < minimum:
-        raise InvalidValueError(f"{name}={value!r} must be an int >= {minimum}{hint}.")
+        what = "a non-negative integer or -1" if minimum == -1 else f"an int >= {minimum}"
+        raise InvalidValueError(f"`{name}` must be {what}: got {name}={value!r}{hint}.")
 
 
 def _limit(name: str, value: Any) -> int | float:

@@ -571,7 +571,7 @@ class Trainer:
         model = unwrap_compiled(model)
         if not isinstance(model, LightningModule):
             raise TypeError(
-                f"trainer.{fn.value}() requires a LightningModule, got {type(model).__name__}. Subclass "
+                f"`model` must be a `LightningModule`: trainer.{fn.value}() got `{type(model).__name__}`. Subclass "
                 "fulmen.LightningModule (or pass torch.compile(your_lightning_module))."
             )
         if datamodule is not None and not isinstance(datamodule, LightningDataModule):

@@ -114,7 +114,7 @@ class _RangeTest(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if len(trainer.optimizers) != 1:
             raise MisconfigurationException(
-                f"The learning-rate finder tunes one optimizer; configure_optimizers returned "
+                f"The learning-rate finder only works with single optimizer; configure_optimizers returned "
                 f"{len(trainer.optimizers)}."
             )
         trainer.strategy.lr_scheduler_configs = []  # the test sets the learning rate itself

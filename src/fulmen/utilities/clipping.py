@@ -12,7 +12,7 @@ CLIP_ALGORITHMS = ("norm", "value")
 def check_clip_algorithm(algorithm: Any, flag: str = "gradient_clip_algorithm") -> str:
     """'norm' or 'value' (any case), lower-cased."""
     if not isinstance(algorithm, str) or algorithm.lower() not in CLIP_ALGORITHMS:
-        raise InvalidValueError(f"{flag}={algorithm!r} is not supported. Use 'norm' or 'value'.")
+        raise InvalidValueError(f"`{flag}` {algorithm} is invalid ({flag}={algorithm!r}). Use 'norm' or 'value'.")
     return algorithm.lower()
 
 
@@ -20,7 +20,7 @@ def check_clip_val(value: Any, flag: str = "gradient_clip_val") -> None:
     """A number >= 0, or None."""
     if value is None:
         return
-    message = f"{flag}={value!r} must be a number >= 0 (0 or None disables clipping)."
+    message = f"`{flag}` should be an int or a float >= 0, got {flag}={value!r} (0 or None disables clipping)."
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidTypeError(message)
     if value < 0:

@@ -156,7 +156,7 @@ def parse_time(value: Any, flag: str = "max_time") -> datetime.timedelta | None:
             d, h, m, s = (int(x) for x in match.groups())
             return datetime.timedelta(days=d, hours=h, minutes=m, seconds=s)
     raise InvalidTypeError(
-        f"{flag}={value!r} is not understood. Use a 'DD:HH:MM:SS' string (e.g. '00:12:00:00'), a dict like "
+        f"{flag}={value!r} is not understood. Use a string in the format DD:HH:MM:SS (e.g. '00:12:00:00'), a dict like "
         '{"days": 1, "hours": 5}, or a datetime.timedelta.'
     )
 
