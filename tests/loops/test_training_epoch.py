@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -44,3 +45,36 @@ def test_a_reused_trainer_resuming_mid_epoch_calls_the_new_modules_hooks(tmp_pat
     model = WithHooks()
     trainer.fit(model, data, ckpt_path=tmp_path / "epoch=0-step=2.ckpt")  # resumes inside epoch 0
     assert model.calls == [f"{hook} {i}" for i in range(2, 6) for hook in ("start", "zero_grad")]
+
+
+@pytest.mark.parametrize("interval", ["00:00:00:02", {"seconds": 2}, __import__("datetime").timedelta(seconds=2)])
+def test_time_based_val_check_interval(monkeypatch, interval):
+    """Validation runs whenever the interval has passed since the last one (checked after each batch)."""
+    import itertools
+    import time as time_module
+
+    from fulmen import Trainer
+    from fulmen.demos.boring_classes import BoringModel
+
+    clock = itertools.count(0, 1.0)  # each call: one second later
+    monkeypatch.setattr(time_module, "monotonic", lambda: next(clock))
+    validated_at = []
+
+    class Model(BoringModel):
+        def on_validation_start(self):
+            if not self.trainer.sanity_checking:
+                validated_at.append(self.global_step)
+
+    trainer = Trainer(max_epochs=1, limit_train_batches=6, limit_val_batches=1, num_sanity_val_steps=0,
+                      val_check_interval=interval, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(Model())
+    assert validated_at == [2, 4, 6]
+
+
+def test_a_fraction_of_an_epoch_needs_epochs():
+    from fulmen import Trainer
+    from fulmen.utilities.exceptions import MisconfigurationException
+
+    with pytest.raises(MisconfigurationException, match="should be an integer or a time-based duration"):
+        Trainer(val_check_interval=0.5, check_val_every_n_epoch=None)

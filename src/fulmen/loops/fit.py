@@ -35,6 +35,7 @@ A run resumed from a checkpoint first finishes the epoch it was written in (see 
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +123,8 @@ class FitLoop:
     def _val_check_batch(self, loader: Any) -> int | float:
         config = self.context.config
         vci = config.val_check_interval
+        if isinstance(vci, datetime.timedelta):
+            return float("inf")  # the epoch loop validates by the clock, not by batch count
         if isinstance(vci, int):
             if config.check_val_every_n_epoch is not None and vci > self.max_batches:
                 raise ValueError(
@@ -259,6 +262,7 @@ class FitLoop:
         self.results.sync = context.strategy.sync_metric
         context.results = self.results
         self._results_fresh = True
+        self.epoch_loop.start_clock()
         context.hooks.call_callbacks("on_train_start")
         context.hooks.call_module("on_train_start")
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
 import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,7 @@ class TrainingEpochLoop:
         self.context = context
         self.results = results  # the fit loop's: what self.log writes to while training
         self._run_validation = run_validation
+        self._last_val_time: float | None = None  # time-based val_check_interval: when validation last ran
         self.automatic = AutomaticOptimization(context)
         self.manual = ManualOptimization(context)
         self._is_last_batch = False
@@ -204,6 +207,10 @@ class TrainingEpochLoop:
         return [out for out in self.outputs if out]
 
     # -- validation schedule ---------------------------------------------------------------------------
+    def start_clock(self) -> None:
+        """A time-based ``val_check_interval`` counts from the start of training."""
+        self._last_val_time = time.monotonic()
+
     def should_check_val(self) -> bool:
         context = self.context
         progress = context.progress
@@ -212,7 +219,15 @@ class TrainingEpochLoop:
             return False
         val_check_batch = context.batches.val_check
         stopping = context.stop.should_stop and context.stopping and can_stop_early(context)
-        if (self._is_last_batch and val_check_batch == math.inf) or stopping:
+        interval = context.config.val_check_interval
+        if isinstance(interval, datetime.timedelta):  # by the clock: whenever that much time has passed
+            now = time.monotonic()
+            if self._last_val_time is None:
+                self._last_val_time = now
+            due = stopping or now - self._last_val_time >= interval.total_seconds()
+            if due:
+                self._last_val_time = now
+        elif (self._is_last_batch and val_check_batch == math.inf) or stopping:
             due = True
         elif val_check_batch == math.inf:
             due = False  # not the last batch

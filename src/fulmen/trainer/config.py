@@ -68,8 +68,9 @@ class TrainerConfig:
     """Prediction batches per run."""
     overfit_batches: int | float
     """Train (and validate) on this many training batches, shuffling off."""
-    val_check_interval: int | float
-    """Validate every N training batches (int) or at this fraction of each epoch (float)."""
+    val_check_interval: int | float | datetime.timedelta
+    """Validate every N training batches (int), at this fraction of each epoch (float), or whenever this much
+    time has passed since the last validation (a timedelta, checked after each training batch)."""
     check_val_every_n_epoch: int | None
     """Validate every N epochs; None: count val_check_interval across epochs."""
     num_sanity_val_steps: int | float
@@ -316,10 +317,21 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
     vci = a["val_check_interval"]
     if vci is None:
         vci = 1.0
+    elif isinstance(vci, (datetime.timedelta, dict, str)):  # a duration: validate whenever that much time passed
+        vci = parse_time(vci, "val_check_interval")
+        if vci is None or vci.total_seconds() <= 0:
+            raise MisconfigurationException(f"val_check_interval={a['val_check_interval']!r}: a duration must be > 0.")
     elif isinstance(vci, bool) or not isinstance(vci, (int, float)):
         raise MisconfigurationException(
-            f"val_check_interval={vci!r} must be a float in (0.0, 1.0] (a fraction of the training epoch) or an "
-            "int >= 1 (a number of training batches)."
+            f"val_check_interval={vci!r} must be a float in (0.0, 1.0] (a fraction of the training epoch), an "
+            "int >= 1 (a number of training batches) or a duration ('DD:HH:MM:SS', a datetime.timedelta or a "
+            "dict of its arguments)."
+        )
+    elif isinstance(vci, float) and every is None:
+        raise MisconfigurationException(
+            "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', "
+            "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`: a fraction "
+            f"of an epoch (val_check_interval={vci!r}) needs epochs to count in."
         )
     elif isinstance(vci, float) and not 0.0 < vci <= 1.0:
         raise MisconfigurationException(

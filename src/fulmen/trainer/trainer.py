@@ -70,7 +70,7 @@ class Trainer:
         limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None,
         overfit_batches: int | float = 0.0,
-        val_check_interval: int | float | None = None,
+        val_check_interval: int | float | str | datetime.timedelta | dict[str, int] | None = None,
         check_val_every_n_epoch: int | None = 1,
         num_sanity_val_steps: int | None = None,
         log_every_n_steps: int | None = None,
@@ -272,7 +272,7 @@ class Trainer:
     gradient_clip_val: ConfigField[int | float | None] = ConfigField()
     gradient_clip_algorithm: ConfigField[str | None] = ConfigField()
     log_every_n_steps: ConfigField[int] = ConfigField()
-    val_check_interval: ConfigField[int | float] = ConfigField()
+    val_check_interval: ConfigField[int | float | datetime.timedelta] = ConfigField()
     check_val_every_n_epoch: ConfigField[int | None] = ConfigField()
     num_sanity_val_steps: ConfigField[int | float] = ConfigField()
     fast_dev_run: ConfigField[int | bool] = ConfigField()
