@@ -136,12 +136,12 @@ def test_kill_during_save_leaves_previous_checkpoint(tmp_path, reference):
 def test_sigterm_and_ctrl_c_save_and_stop_cleanly(tmp_path, reference, kind):
     out = tmp_path / "run"
     result = _run(out, "--kill", f"{kind}:9")
-    assert result.returncode == 0, result.stderr[-2000:]
+    # SIGTERM: status 0 (a requeued job resumes); Ctrl-C: status 1, as with Lightning, after the checkpoint
+    assert result.returncode == (1 if kind == "int" else 0), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("batch")]
     assert lines[-1] == "batch 9", "the step in flight finishes, then the run stops"
-    if kind == "int":
-        assert result.stdout.splitlines()[-1] == "interrupted"  # fit returned with trainer.interrupted
+    assert "interrupted" not in result.stdout.splitlines()  # fit does not return: the script does not go on
     assert (out / "checkpoints" / "last.ckpt").exists()
     resumed = _run(out, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]

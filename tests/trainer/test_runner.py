@@ -47,3 +47,28 @@ def test_settings_hold_during_the_run_and_are_put_back_after_it(monkeypatch, fai
         trainer.fit(model, data)
     assert model.seen == (True, True, False, True, "medium", ":4096:8")
     assert _settings() == before
+
+
+def test_ctrl_c_tears_the_run_down_then_exits_with_status_1(tmp_path):
+    from fulmen import Callback, Trainer
+    from fulmen.demos.boring_classes import BoringModel
+
+    seen = []
+
+    class Interrupted(BoringModel):
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 2:
+                raise KeyboardInterrupt
+            return super().training_step(batch, batch_idx)
+
+    class Watch(Callback):
+        def on_exception(self, trainer, pl_module, exception):
+            seen.append(type(exception).__name__)
+
+    trainer = Trainer(max_epochs=1, callbacks=[Watch()], logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+    with pytest.warns(UserWarning, match="Detected KeyboardInterrupt, attempting graceful shutdown"):
+        with pytest.raises(SystemExit) as exited:
+            trainer.fit(Interrupted())
+    assert exited.value.code == 1 and seen == ["KeyboardInterrupt"]
+    assert trainer.interrupted

@@ -111,7 +111,9 @@ class StageRunner:
                 self.signals.after_teardown(exception)
                 return None
             if isinstance(exception, KeyboardInterrupt):
-                return None
+                # the run is torn down (callbacks told, loggers finalized); then the process ends with status 1,
+                # as with Lightning, rather than going on with the rest of the script
+                raise SystemExit(1) from None
             raise
 
     # -- before the loop ------------------------------------------------------------------------------

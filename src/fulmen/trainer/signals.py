@@ -90,7 +90,8 @@ class SignalConnector:
             raise KeyboardInterrupt  # second Ctrl-C: stop now
         self._stop.signal = signum
         rank_zero_info(
-            f"Received {signal.Signals(signum).name}: finishing the current step, then saving a checkpoint "
+            ("Detected KeyboardInterrupt, attempting graceful shutdown ... " if signum == signal.SIGINT else "")
+            + f"Received {signal.Signals(signum).name}: finishing the current step, then saving a checkpoint "
             "and stopping." + (" Press Ctrl-C again to stop at once." if signum == signal.SIGINT else "")
         )
 
@@ -115,9 +116,10 @@ class SignalConnector:
         return path
 
     def after_teardown(self, interrupt: SignalInterrupt) -> None:
-        """SIGINT returns from fit (``trainer.interrupted``); SIGTERM / SIGUSR1 end the process (status 0)."""
+        """Ctrl-C (SIGINT) ends the process with status 1, as with Lightning (the script does not go on as if
+        training had finished); SIGTERM / SIGUSR1 end it with status 0 (a requeued job resumes)."""
         if interrupt.signum == signal.SIGINT:
-            return
+            raise SystemExit(1)
         if (
             interrupt.signum == self._requeue_signal()
             and _on_slurm()
