@@ -317,3 +317,33 @@ def test_each_stage_keeps_its_dataloaders():
     assert isinstance(trainer.val_dataloaders, DataLoader)
     assert [len(dl) for dl in trainer.test_dataloaders] == [8, 4]
     assert len(trainer.predict_dataloaders) == 64
+
+
+def test_warnings_lightning_gives_on_restore_and_evaluation(tmp_path):
+    from fulmen.callbacks import EarlyStopping, ModelCheckpoint
+
+    class Model(BoringModel):
+        def validation_step(self, batch, batch_idx):
+            self.log("foo", float(batch_idx))
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="foo")
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=1, logger=False,
+                      enable_progress_bar=False, callbacks=[checkpoint, EarlyStopping(monitor="foo")])  # fmt: skip
+    trainer.fit(Model())
+    with pytest.warns(UserWarning, match="The best model of the previous `fit` call will be used"):
+        trainer.validate(verbose=False)
+    assert trainer.ckpt_path == checkpoint.best_model_path
+    resumed = Trainer(max_epochs=2, limit_train_batches=2, limit_val_batches=1, logger=False,
+                      enable_progress_bar=False, callbacks=[ModelCheckpoint(dirpath=tmp_path, monitor="foo")])  # fmt: skip
+    with pytest.warns(UserWarning, match=r"please add the following callbacks: \['EarlyStopping'\]"):
+        resumed.fit(Model(), ckpt_path=checkpoint.best_model_path)
+
+
+def test_unknown_optimizer_dict_keys_are_a_runtime_warning():
+    class Model(BoringModel):
+        def configure_optimizers(self):
+            return {"optimizer": torch.optim.SGD(self.parameters(), lr=0.1), "foo": 1}
+
+    trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    with pytest.warns(RuntimeWarning, match=r"unsupported keys in the optimizer configuration: \['foo'\]"):
+        trainer.fit(Model())

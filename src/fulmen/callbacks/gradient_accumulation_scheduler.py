@@ -110,7 +110,7 @@ class GradientAccumulationScheduler(Callback):
         ):
             rank_zero_warn(
                 "With gradient accumulation, your optimizer_step / optimizer_zero_grad overrides run once per "
-                "accumulation window (when the optimizer steps), not on every batch."
+                "accumulation window (when the optimizer steps): the hooks will not be called on every batch."
             )
 
     def on_train_epoch_start(self, trainer: Trainer, *_: Any) -> None:

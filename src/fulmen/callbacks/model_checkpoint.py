@@ -224,7 +224,7 @@ class ModelCheckpoint(Checkpoint):
             self.last_model_path = state_dict.get("last_model_path", "")
         else:
             rank_zero_warn(
-                f"The checkpoint was written with ModelCheckpoint(dirpath={saved_dir!r}); this run saves to "
+                f"The dirpath has changed from {saved_dir!r} to {self.dirpath!r}: the checkpoint was written with another ModelCheckpoint(dirpath); this run saves to "
                 f"{self.dirpath!r}, so only best_model_path/score are restored and top-k starts afresh."
             )
         self.best_model_score = state_dict.get("best_model_score")

@@ -58,7 +58,7 @@ def parse_configure_optimizers(
     monitor: str | None = None
     if returned is None:
         rank_zero_warn(
-            "`configure_optimizers` returned None: this run has no optimizer and the weights won't change."
+            "`configure_optimizers` returned None: this fit will run with no optimizer, so the weights won't change."
         )
         return [_MockOptimizer()], [], [], None
     if _is_optimizer(returned):
@@ -141,7 +141,11 @@ def _check_optimizer_dict(d: Mapping[str, Any]) -> None:
         )
     extra = set(d) - _OPTIMIZER_DICT_KEYS
     if extra:
-        rank_zero_warn(f"configure_optimizers: ignoring unknown keys {sorted(extra)} in an optimizer dict.")
+        rank_zero_warn(
+            f"Found unsupported keys in the optimizer configuration: {sorted(extra)}; configure_optimizers' "
+            "dict keys other than optimizer / lr_scheduler / monitor are ignored.",
+            category=RuntimeWarning,
+        )
 
 
 def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False) -> LRSchedulerConfig:
@@ -150,7 +154,8 @@ def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False)
         if ignored:
             rank_zero_warn(
                 f"The lr scheduler dict has the keys {ignored}, which manual optimization ignores: call "
-                "`self.lr_schedulers()` and `.step()` them in training_step when you want."
+                "`self.lr_schedulers()` and `.step()` them in training_step when you want.",
+                category=RuntimeWarning,
             )
     if isinstance(scheduler, Mapping):
         if "scheduler" not in scheduler:
@@ -162,7 +167,8 @@ def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False)
         if extra:
             rank_zero_warn(
                 f"Found unsupported keys in the lr scheduler dict: {sorted(extra)}. They are ignored. "
-                f"Supported keys: {sorted(_SCHEDULER_KEYS)}."
+                f"Supported keys: {sorted(_SCHEDULER_KEYS)}.",
+                category=RuntimeWarning,
             )
         interval = scheduler.get("interval", "epoch")
         if interval not in ("step", "epoch"):

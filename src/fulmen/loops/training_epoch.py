@@ -273,8 +273,9 @@ class TrainingEpochLoop:
                             f"{config.monitor!r}, ...) or change the scheduler's 'monitor'."
                         )
                     self._warnings.warn(
-                        f"ReduceLROnPlateau monitors {config.monitor!r}, which is not available; the scheduler "
-                        "is not stepped (strict=False)."
+                        f"ReduceLROnPlateau conditioned on metric {config.monitor!r} which is not available; the "
+                        "scheduler is not stepped (strict=False).",
+                        RuntimeWarning,
                     )
                     continue
             context.hooks.call_module_idx(

@@ -151,7 +151,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
             if finder is not None:
                 candidates.extend(finder(trainer))
         if not candidates:
-            rank_zero_warn('ckpt_path="last" found no last checkpoint: training starts from scratch.')
+            rank_zero_warn('ckpt_path="last" found no last checkpoint. No checkpoint will be loaded: training starts from scratch.')
             return None
         return max(candidates, key=cloud_io.modified)
     if not isinstance(ckpt_path, str | os.PathLike):
@@ -187,13 +187,22 @@ def restore_module_and_callbacks(
         return
     hooks.call_callbacks("on_load_checkpoint", checkpoint)
     states = checkpoint.get("callbacks", {})
+    used = set()
     for cb in trainer.callbacks:
-        state = states.get(cb.state_key)
-        if state is None:
-            legacy = getattr(cb, "_legacy_state_key", None)
-            state = states.get(legacy) if legacy else None
+        key = cb.state_key if cb.state_key in states else getattr(cb, "_legacy_state_key", None)
+        state = states.get(key) if key else None
+        if key in states:
+            used.add(key)
         if state:
             cb.load_state_dict(state)
+    missing = [k for k in states if k not in used]
+    if missing and trainer.state.fn is not None and trainer.state.fn.value == "fit":
+        rank_zero_warn(
+            f"The checkpoint holds the state of callbacks this trainer does not have: {missing}. Their state is "
+            "not restored. Be aware that when resuming with `ckpt_path`, the callbacks that wrote the checkpoint "
+            "must be given to the Trainer again: please add the following callbacks: "
+            f"{sorted({k.split('{')[0] for k in missing})}."
+        )
 
 
 def _load_states(ckpt_path: str, what: str, states: list[Any], targets: list[Any]) -> None:

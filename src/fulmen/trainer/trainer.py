@@ -507,6 +507,7 @@ class Trainer:
             return ckpt_path
         cb = self.checkpoint_callback
         if cb is not None and getattr(cb, "best_model_path", None):
+            rank_zero_warn("No model nor ckpt_path given. The best model of the previous `fit` call will be used.")
             return "best"
         if self.lightning_module is not None and self.state.fn == TrainerFn.FITTING:
             rank_zero_warn("No checkpoint of the last fit is known: the model's current weights are used.")
