@@ -33,6 +33,13 @@ DELIBERATE = {
     "without links writes a copy instead of failing",
 }
 
+# the three tests that fail under Lightning too here (packages not installed): not listed
+FAIL_UNDER_LIGHTNING = {
+    "test_hparams::test_model_save_hyper_parameters_interpolation_with_hydra",  # hydra
+    "test_hparams::test_save_hparams_to_yaml",  # omegaconf
+    "test_cli::test_lightning_cli_jsonnet",  # jsonnet
+}
+
 # signs that a failure comes from reaching into Lightning's internals
 INTERNAL = [
     (r"has no attribute '(_\w+)'", "private attribute {0}"),
@@ -67,6 +74,8 @@ def main(outcomes: str) -> None:
             if len(row) < 3 or row[2] not in ("failed", "error"):
                 continue
             file, test, _, message = (row + [""])[:4]
+            if test in FAIL_UNDER_LIGHTNING:
+                continue
             lines.append(f"{file}::{test.split('::', 1)[-1]}\t{classify(test, message)}")
     target = HERE / "lightning_suite_known_failures.txt"
     header = ("# Lightning 2.6.5 tests (../shared/peer, lenient mode) that pass under Lightning and not under fulmen.\n"
