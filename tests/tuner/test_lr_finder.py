@@ -89,3 +89,15 @@ def test_one_x_auto_lr_find_and_errors():
         Tuner(_trainer()).lr_find(Regression(), dataloaders=[])
     with pytest.raises(MisconfigurationException, match="min_lr"):
         Tuner(_trainer()).lr_find(Regression(), min_lr=1.0, max_lr=0.1)
+
+
+def test_the_suggestion_is_written_to_the_attribute_and_the_hparams():
+    class Both(Regression):
+        def __init__(self, lr: float = 0.01):
+            super().__init__(lr)
+            self.save_hyperparameters()  # lr lives in self.lr and in self.hparams.lr
+
+    model = Both()
+    finder = Tuner(_trainer()).lr_find(model, min_lr=1e-4, max_lr=0.5, num_training=20)
+    lr = finder.suggestion()
+    assert lr is not None and model.lr == lr == model.hparams.lr

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.strategies.ddp import DDPStrategy
-from fulmen.tuner.trials import preserved, run_stage, set_field, trial_trainer
+from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.data import has_len, rebuild_dataloader
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info
@@ -84,24 +84,6 @@ def check_arguments(mode: str, method: str, steps_per_trial: int, init_val: int,
         isinstance(max_val, bool) or not isinstance(max_val, int) or max_val < init_val
     ):
         raise MisconfigurationException(f"max_val={max_val!r} must be an int >= init_val ({init_val}).")
-
-
-# -- where the batch size lives -----------------------------------------------------------------------------
-def batch_size_owners(
-    model: LightningModule, datamodule: LightningDataModule | None, name: str
-) -> list[tuple[Any, str]]:
-    """Every place ``name`` is found: (object, attribute) for attributes, (hparams, key) for hyperparameters;
-    the module and data module, each directly and in its ``hparams``."""
-    owners: list[tuple[Any, str]] = []
-    for holder in (model, datamodule):
-        if holder is None:
-            continue
-        if name in vars(holder) or hasattr(type(holder), name):
-            owners.append((holder, name))
-        hparams = getattr(holder, "hparams", None)
-        if hparams is not None and name in hparams:
-            owners.append((hparams, name))
-    return owners
 
 
 def _get(owner: Any, name: str) -> Any:
@@ -185,7 +167,7 @@ def scale_batch_size(
                "dataloaders": dataloaders}  # fmt: skip
     loaders = {k: v for k, v in loaders.items() if v is not None}
     _check_loaders(method, loaders)
-    owners = batch_size_owners(model, datamodule, batch_arg_name)
+    owners = field_owners(model, datamodule, batch_arg_name)
     # the loaders whose batch size is searched: the training loader for fit, the evaluated one otherwise
     searched = "train_dataloaders" if method == "fit" else "dataloaders"
     if not owners and searched not in loaders:

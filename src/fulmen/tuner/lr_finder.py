@@ -14,7 +14,7 @@ import torch
 
 from fulmen.callbacks.callback import Callback
 from fulmen.strategies.ddp import DDPStrategy
-from fulmen.tuner.trials import preserved, run_stage, set_field, trial_trainer
+from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
@@ -213,8 +213,9 @@ def lr_find(
     finder.results = outer.broadcast(finder.results, src=0)
     lr = finder.suggestion()
     if update_attr and lr is not None and where is not None:
-        owner, name = where
-        set_field(owner, name, lr)
+        name = where[1]
+        for owner, field in field_owners(model, datamodule, name):  # self.lr and hparams.lr alike
+            set_field(owner, field, lr)
         rank_zero_info(f"Learning rate set to {lr:.3g} ({name}).")
     return finder
 

@@ -63,6 +63,22 @@ def run_stage(
     )
 
 
+def field_owners(model: Any, datamodule: Any, name: str) -> list[tuple[Any, str]]:
+    """Every place a tuned field ``name`` is found: (object, attribute) for attributes, (hparams, key) for
+    hyperparameters; the module and data module, each directly and in its ``hparams``. A search writes its
+    result to all of them."""
+    owners: list[tuple[Any, str]] = []
+    for holder in (model, datamodule):
+        if holder is None:
+            continue
+        if name in vars(holder) or hasattr(type(holder), name):
+            owners.append((holder, name))
+        hparams = getattr(holder, "hparams", None)
+        if hparams is not None and name in hparams:
+            owners.append((hparams, name))
+    return owners
+
+
 def set_field(owner: Any, name: str, value: Any) -> None:
     """Write a tuned value where it was found: an attribute, or a key of ``hparams`` (a dict)."""
     if isinstance(owner, dict):
