@@ -11,6 +11,7 @@ With no ``--model``, ``fulmen fit`` trains the bundled digits demo.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -259,8 +260,6 @@ class LightningCLI:
         getattr(self, f"after_{subcommand}", lambda: None)()
 
     def _method_options(self, subcommand: str) -> set[str]:
-        import inspect
-
         skip = self.subcommands()[subcommand] | {"self"}
         method = getattr(self.trainer_class, subcommand, None)
         return set(inspect.signature(method).parameters) - skip if method is not None else set()

@@ -28,7 +28,6 @@ DELIBERATE = {
     "exists (pinning on a CPU-only machine only warns)",
     r"test_hparams::test_collect_init_arguments\[AggSubClassBoringModel\]": "checkpoints hold plain values "
     "only: a module passed to __init__ is asked for on load instead of unpickled",
-    r"test_hparams::test_hparams_pickle": "checkpoints hold plain values only (no pickled objects)",
     r"test_model_checkpoint::test_model_checkpoint_save_last_as_link_not_local": "save_last='link' on a store "
     "without links writes a copy instead of failing",
 }

@@ -29,9 +29,6 @@ if TYPE_CHECKING:
 class Tqdm(_tqdm):  # type: ignore[misc]
     """tqdm whose numbers (in the postfix) show floats with three decimals: ``loss=0.120`` not ``0.12``."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-
     @staticmethod
     def format_num(n: int | float | str) -> str:
         """``1.0`` -> ``'1.000'``, ``'0.1'`` -> ``'0.100'``, ``1e-5`` -> ``'1e-5'``; ints and other text as tqdm
