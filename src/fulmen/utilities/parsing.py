@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import datetime
 import inspect
 import re
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -75,6 +77,35 @@ def collect_init_args(obj: object, frame: types.FrameType | None) -> dict[str, A
     return args
 
 
+# (class, config) while a command-line config builds that class: see `given_init_config`
+_GIVEN_CONFIG: contextvars.ContextVar[tuple[type, dict[str, Any]] | None] = contextvars.ContextVar(
+    "fulmen_given_init_config", default=None
+)
+
+
+@contextlib.contextmanager
+def given_init_config(cls: type, config: dict[str, Any]) -> Iterator[None]:
+    """While ``cls`` is built from ``config`` (the plain values of a config file: class paths, dotted names),
+    ``save_hyperparameters()`` records those values in place of the objects they became, and the config's
+    ``_``-prefixed entries (how to rebuild it) with them. A checkpoint then holds what rebuilds the arguments
+    (``load_from_checkpoint`` runs the config through the same parser) instead of leaving the objects out."""
+    token = _GIVEN_CONFIG.set((cls, config))
+    try:
+        yield
+    finally:
+        _GIVEN_CONFIG.reset(token)
+
+
+def _with_given_config(obj: object, hparams: dict[str, Any]) -> dict[str, Any]:
+    given = _GIVEN_CONFIG.get()
+    if given is None or type(obj) is not given[0]:
+        return hparams
+    config = given[1]
+    merged = {k: config.get(k, v) for k, v in hparams.items()}
+    merged.update({k: v for k, v in config.items() if k.startswith("_")})
+    return merged
+
+
 def save_hyperparameters(
     obj: Any,
     *args: Any,
@@ -111,6 +142,7 @@ def save_hyperparameters(
             hparams = {k: init_args[k] for k in args}
         else:
             hparams = dict(init_args)
+        hparams = _with_given_config(obj, hparams)
         obj._hparams_name = "kwargs" if hparams else None
     for key, value in hparams.items():
         if isinstance(value, torch.nn.Module) and key not in (ignore or ()):
