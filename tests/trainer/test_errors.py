@@ -198,3 +198,60 @@ def test_several_optimizers_under_automatic_optimization():
 def test_flags_fulmen_does_not_implement_say_so(kwargs, match):
     with pytest.warns(UserWarning, match=match):
         Trainer(logger=False, max_epochs=1, **kwargs)
+
+
+@pytest.mark.parametrize("fn", ["validate", "test", "predict"])
+def test_evaluation_without_any_model_raises_lightnings_type_error(fn):
+    with pytest.raises(TypeError, match=rf"`trainer.{fn}\(\)` requires a `LightningModule`") as info:
+        getattr(Trainer(**QUIET), fn)()
+    assert isinstance(info.value, MisconfigurationException)
+
+
+def test_save_checkpoint_without_a_model_is_an_attribute_error(tmp_path):
+    with pytest.raises(AttributeError, match="only possible if a model is attached"):
+        Trainer(**QUIET).save_checkpoint(tmp_path / "x.ckpt")
+    assert not (tmp_path / "x.ckpt").exists()
+
+
+def test_predict_step_returning_none_warns_once():
+    class Holes(BoringModel):
+        def predict_step(self, batch, batch_idx, dataloader_idx=0):
+            return None if batch_idx % 2 else super().predict_step(batch, batch_idx)
+
+    trainer = Trainer(limit_predict_batches=4, **QUIET)
+    with pytest.warns(UserWarning, match="predict returned None") as record:
+        predictions = trainer.predict(Holes())
+    assert sum("predict returned None" in str(w.message) for w in record) == 1
+    assert [p is None for p in predictions] == [False, True, False, True]
+
+
+def test_each_run_starts_with_no_metrics_and_predict_after_fit_uses_the_best_checkpoint(tmp_path):
+    seen = {}
+
+    class Logs(BoringModel):
+        def test_step(self, batch, batch_idx):
+            self.log("test_metric", 1.0)
+            return super().test_step(batch, batch_idx)
+
+        def on_predict_start(self):
+            seen["callback_metrics"] = dict(self.trainer.callback_metrics)
+
+    model = Logs()
+    trainer = Trainer(default_root_dir=tmp_path, max_epochs=1, limit_train_batches=2, limit_val_batches=1,
+                      limit_test_batches=1, limit_predict_batches=1, logger=False, enable_progress_bar=False,
+                      enable_model_summary=False)  # fmt: skip
+    trainer.fit(model)
+    trainer.test(model)
+    assert "test_metric" in trainer.callback_metrics
+    with pytest.warns(UserWarning, match="The best model of the previous `fit` call will be used"):
+        trainer.predict()
+    assert seen["callback_metrics"] == {}
+    assert trainer.ckpt_path == trainer.checkpoint_callback.best_model_path
+
+
+def test_freeze_and_unfreeze_return_the_module():
+    model = BoringModel()
+    assert model.freeze() is model and not model.training
+    assert all(not p.requires_grad for p in model.parameters())
+    assert model.unfreeze() is model and model.training
+    assert all(p.requires_grad for p in model.parameters())

@@ -483,15 +483,17 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
             torch.jit.save(scripted, file_path)
         return scripted
 
-    def freeze(self) -> None:
+    def freeze(self) -> LightningModule:
+        """No gradients for any parameter, and eval mode; returns the module (``model = model.freeze()``)."""
         for param in self.parameters():
             param.requires_grad = False
-        self.eval()
+        return self.eval()
 
-    def unfreeze(self) -> None:
+    def unfreeze(self) -> LightningModule:
+        """Gradients for every parameter again, and train mode; returns the module."""
         for param in self.parameters():
             param.requires_grad = True
-        self.train()
+        return self.train()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -10,6 +10,7 @@ import torch
 from fulmen.loops.fetcher import prefetch_iterator
 from fulmen.runtime.results import ResultCollection
 from fulmen.utilities.data import record_batch_indices
+from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
@@ -129,6 +130,7 @@ class PredictionLoop:
         multiple = len(dataloaders) > 1
         self.return_predictions = return_predictions
         keep = return_predictions or self._wants_predictions
+        warned_none = False
         self._predictions = [[] for _ in dataloaders]
         self.epoch_batch_indices = [[] for _ in dataloaders]
         self.current_batch_indices = []
@@ -155,6 +157,12 @@ class PredictionLoop:
                     hooks.call_module("on_predict_batch_start", batch, batch_idx, *extra)
                     output = strategy.predict_step(batch, batch_idx, *extra)
                     if keep:
+                        if output is None and not warned_none:
+                            warned_none = True  # a step that forgot its `return` would leave holes silently
+                            rank_zero_warn(
+                                "predict returned None for a batch: if that is on purpose, ignore this warning; "
+                                "otherwise return the predictions from `predict_step`."
+                            )
                         self._predictions[dl_idx].append(output)
                     hooks.call_callbacks("on_predict_batch_end", output, batch, batch_idx, *extra)
                     hooks.call_module("on_predict_batch_end", output, batch, batch_idx, *extra)

@@ -63,8 +63,8 @@ def is_plain(value: Any) -> bool:
 def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, Any]:
     module = trainer.lightning_module
     if module is None:
-        raise MisconfigurationException(
-            "trainer.save_checkpoint() needs a model: call it during or after fit()."
+        raise AttributeError(
+            "Saving a checkpoint is only possible if a model is attached: call it during or after trainer.fit()."
         )
     checkpoint: dict[str, Any] = {
         "epoch": trainer.current_epoch,

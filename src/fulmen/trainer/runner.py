@@ -257,6 +257,7 @@ class StageRunner:
         context.state.stage = RunningStage.PREDICTING
         loaders, counts = context.data.request_eval_dataloaders("predict")
         context.batches.predict = counts
+        context.metrics.reset()  # a run starts with no metrics: the last test's are not predict's
         trainer.predictions = trainer.predict_loop.run(loaders, counts, return_predictions)
         return trainer.predictions
 

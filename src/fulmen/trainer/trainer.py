@@ -35,7 +35,7 @@ from fulmen.trainer.config import ConfigField, TrainerConfig, parse_flags
 from fulmen.trainer.connectors import build_callbacks, build_loggers
 from fulmen.trainer.runner import StageRunner
 from fulmen.trainer.signals import SignalConnector
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -487,9 +487,9 @@ class Trainer:
     ) -> Any:
         """Run ``predict_step`` over the predict dataloaders; returns the outputs (a list per dataloader)."""
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule)
+        ckpt_path = self._eval_ckpt_path(model, ckpt_path)  # before attaching: None means "not given"
         model = self._attach(model, datamodule, TrainerFn.PREDICTING)
         self._context.data.attach(predict=dataloaders)
-        ckpt_path = self._eval_ckpt_path(model, ckpt_path)
         return self._run(model, TrainerFn.PREDICTING, ckpt_path, weights_only,
                          return_predictions=True if return_predictions is None else return_predictions)  # fmt: skip
 
@@ -545,8 +545,8 @@ class Trainer:
         from fulmen.trainer.checkpointing import save_checkpoint
 
         if self.lightning_module is None:
-            raise MisconfigurationException(
-                "trainer.save_checkpoint() needs a model: call it during or after trainer.fit()."
+            raise AttributeError(  # Lightning's class: the trainer has no model to save
+                "Saving a checkpoint is only possible if a model is attached: call it during or after trainer.fit()."
             )
         save_checkpoint(self, filepath, weights_only=bool(weights_only), storage_options=storage_options)
         self.strategy.barrier("Trainer.save_checkpoint")
@@ -562,9 +562,9 @@ class Trainer:
         if model is None:
             model = self.lightning_module
             if model is None:
-                raise MisconfigurationException(
-                    f"trainer.{fn.value}() needs a model: pass it as the first argument (no earlier fit() "
-                    "attached one)."
+                raise InvalidTypeError(  # a TypeError, as Lightning raises, and a MisconfigurationException
+                    f"`trainer.{fn.value}()` requires a `LightningModule`: pass it as the first argument (no "
+                    "earlier fit() attached one)."
                 )
         compile_options = self.config.compile
         if compile_options is not False and isinstance(model, LightningModule) and model._compiled_from is None:
