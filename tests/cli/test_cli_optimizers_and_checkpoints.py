@@ -25,7 +25,7 @@ from fulmen.cli import (
     SaveConfigCallback,
     instantiate_class,
 )
-from fulmen.demos.boring_classes import BoringDataModule, BoringModel
+from fulmen.demos.boring_classes import BoringModel
 from fulmen.loggers import TensorBoardLogger
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
