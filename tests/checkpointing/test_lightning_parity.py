@@ -44,6 +44,10 @@ def _model_class(base: Any) -> Any:
             self.log("score", torch.tensor(float((self.global_step * 7) % 5)))
             self.log("val_loss", torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1]))
 
+        def on_train_epoch_end(self):
+            # logged in the module's epoch-end hook, which runs before the checkpoint callback's
+            self.log("epoch_score", float((self.current_epoch * 3) % 4))
+
         def configure_optimizers(self):
             opt = torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
             return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)]
@@ -91,6 +95,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "no_validation_last": {"save_last": True, "save_on_train_epoch_end": False, "_last_step": True,
                            "_trainer": {"limit_val_batches": 0}},
     "max_steps_1_last": {"monitor": "score", "save_last": True, "_last_step": True, "_trainer": {"max_steps": 1}},
+    # a metric the module logs in on_train_epoch_end: the checkpoint callback runs after that hook
+    "monitor_module_epoch_end": {"monitor": "epoch_score", "mode": "max", "save_top_k": 2,
+                                 "save_on_train_epoch_end": True},
     # the replaced top-1 file goes once last.ckpt links to the new one
     "last_link_top_1": {"save_last": "link", "save_top_k": 1},
 }

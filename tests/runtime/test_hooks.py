@@ -201,3 +201,120 @@ def test_overriding_a_hook_on_the_instance_counts():
     trained.on_train_batch_end = lambda outputs, batch, batch_idx: calls.append(batch_idx)  # type: ignore[method-assign]
     _fit(trained, max_steps=3)
     assert calls == [0, 1, 2]
+
+
+def test_is_overridden_sees_through_wrappers_and_none():
+    import functools
+    from unittest import mock
+
+    from fulmen.utilities.model_helpers import is_overridden
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    model = Model()
+    assert is_overridden("training_step", model) and not is_overridden("on_fit_start", model)
+    model.on_fit_start = wrap(model.on_fit_start)  # a wrapper of the default is not an override
+    assert not is_overridden("on_fit_start", model)
+    model.training_step = wrap(model.training_step)  # ... of the class's own method it is
+    assert is_overridden("training_step", model)
+    model.on_train_start = lambda: None
+    assert is_overridden("on_train_start", model)
+    model.on_train_end = None  # switched off
+    assert not is_overridden("on_train_end", model)
+
+    class Off(Model):
+        configure_model = None
+
+    assert not is_overridden("configure_model", Off())
+    assert not is_overridden("on_fit_start", mock.Mock(spec=fulmen.Callback))
+
+
+def test_wrapped_defaults_and_mock_callbacks_are_still_called():
+    """A wrapper on the instance runs even around a default the dispatcher would skip; a Mock(spec=Callback)
+    receives every callback hook (tests record calls that way)."""
+    from unittest import mock
+
+    calls = []
+    model = Model()
+    default = model.on_train_epoch_start
+
+    def recording():
+        calls.append("on_train_epoch_start")
+        return default()
+
+    model.on_train_epoch_start = recording  # type: ignore[method-assign]
+    callback = mock.Mock(spec=fulmen.Callback)
+    _fit(model, max_steps=2, callbacks=[callback])
+    assert calls == ["on_train_epoch_start"]
+    names = [c[0] for c in callback.method_calls]
+    assert names.index("setup") < names.index("on_fit_start") < names.index("on_train_batch_end")
+    assert names.count("on_train_batch_end") == 2
+
+
+def test_a_one_x_hook_runs_only_when_the_class_defines_it():
+    import functools
+
+    seen = []
+
+    class Sharded(Model):
+        def configure_sharded_model(self):
+            seen.append("configure_sharded_model")
+
+    model = Model()
+    default = model.configure_sharded_model
+
+    @functools.wraps(default)
+    def wrapper():  # a wrapper of the default (a tool recording every hook): not a 1.x model
+        seen.append("wrapped default")
+        return default()
+
+    model.configure_sharded_model = wrapper  # type: ignore[method-assign]
+    _fit(model, max_steps=1)
+    _fit(Sharded(), max_steps=1)
+    assert seen == ["configure_sharded_model"]
+
+
+@pytest.mark.parametrize("stage", ["validate", "test", "predict"])
+def test_a_stage_limited_to_zero_batches_does_not_build_its_dataloader(stage):
+    from fulmen.demos.boring_classes import BoringModel
+
+    asked = []
+
+    class Lazy(BoringModel):
+        def val_dataloader(self):
+            asked.append("val")
+            return super().val_dataloader()
+
+        def test_dataloader(self):
+            asked.append("test")
+            return super().test_dataloader()
+
+        def predict_dataloader(self):
+            asked.append("predict")
+            return super().predict_dataloader()
+
+    limits = {"validate": "limit_val_batches", "test": "limit_test_batches", "predict": "limit_predict_batches"}
+    trainer = fulmen.Trainer(logger=False, enable_progress_bar=False, **{limits[stage]: 0})
+    getattr(trainer, stage)(Lazy())
+    assert asked == []
+
+
+def test_each_stage_starts_without_gradients_left_over():
+    model = Model()
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    grads = {}
+
+    class Look(fulmen.Callback):
+        def on_validation_start(self, trainer, pl_module):
+            grads["validate"] = [p.grad for p in pl_module.parameters()]
+
+    trainer = fulmen.Trainer(logger=False, enable_progress_bar=False, callbacks=[Look()])
+    model.validation_step = lambda batch, batch_idx: None  # type: ignore[method-assign]
+    trainer.validate(model, _data())
+    assert grads["validate"] == [None] * len(grads["validate"])

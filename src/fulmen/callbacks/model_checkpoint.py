@@ -30,9 +30,11 @@ _FIELD = re.compile(r"\{([^{}:]+)(?::[^{}]*)?\}")
 
 
 class Checkpoint(Callback):
-    """Base class of checkpointing callbacks (the trainer runs them after the other callbacks)."""
+    """Base class of checkpointing callbacks (the trainer runs them after the other callbacks, and their
+    epoch-end hooks after the module's, so a metric logged in ``on_train_epoch_end`` can be monitored)."""
 
     _is_checkpoint_callback = True
+    _is_monitoring_callback = True
 
 
 class ModelCheckpoint(Checkpoint):

@@ -58,7 +58,7 @@ class ModelHooks:
 
     def on_validation_model_zero_grad(self) -> None:
         """Before validation inside ``fit``: drop gradients so validation does not hold their memory."""
-        self.zero_grad(set_to_none=True)  # type: ignore[attr-defined]
+        self.zero_grad()  # type: ignore[attr-defined]  # set_to_none, torch's default
 
     def on_validation_model_eval(self) -> None:
         self.trainer.model.eval()  # type: ignore[attr-defined]

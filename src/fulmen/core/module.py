@@ -280,7 +280,10 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         """
         if legacy:  # super() called the 1.x way: (optimizer, optimizer_idx, gradient_clip_val, algorithm)
             gradient_clip_val, gradient_clip_algorithm = gradient_clip_algorithm, legacy[0]  # type: ignore[assignment]
-        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        # by keyword, as Lightning calls it: an override of clip_gradients may rely on the names
+        self.clip_gradients(
+            optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm
+        )
 
     def optimizer_step(
         self,

@@ -100,6 +100,14 @@ class DataSource:
         return loader
 
     def request_eval_dataloaders(self, stage: str) -> tuple[list[Any], list[int | float]]:
+        cfg = self.context.config
+        limit = {
+            "val": cfg.limit_val_batches,
+            "test": cfg.limit_test_batches,
+            "predict": cfg.limit_predict_batches,
+        }[stage]
+        if limit == 0:  # the stage is switched off: its *_dataloader() hook is not even called
+            return [], []
         loader = self._request(stage)
         if loader is None:
             return [], []
@@ -112,12 +120,6 @@ class DataSource:
         else:
             loaders = [loader]
         loaders = [self._distributed(dl, stage) for dl in loaders]
-        cfg = self.context.config
-        limit = {
-            "val": cfg.limit_val_batches,
-            "test": cfg.limit_test_batches,
-            "predict": cfg.limit_predict_batches,
-        }[stage]
         counts = []
         for dl in loaders:
             length: int | float = len(dl) if has_len(dl) else float("inf")

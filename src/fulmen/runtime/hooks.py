@@ -20,7 +20,7 @@ from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.hooks import CheckpointHooks, DataHooks, ModelHooks
 from fulmen.core.module import LightningModule
 from fulmen.utilities.apply_func import move_data_to_device
-from fulmen.utilities.model_helpers import is_overridden
+from fulmen.utilities.model_helpers import assigned_on_instance, is_overridden
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
@@ -35,6 +35,8 @@ _NOOP_MODULE_HOOKS = frozenset(
     if callable(fn) and not name.startswith("_") and name.startswith("on_") and "model_" not in name
 ) | {"prepare_data", "setup", "teardown", "configure_model", "configure_sharded_model"}
 
+# 1.x hooks 2.x no longer calls: run only for a class that defines its own (not for a wrapper of the default)
+_ONLY_IF_OVERRIDDEN = frozenset({"configure_sharded_model"})
 
 # Hooks that Lightning 1.x called with the optimizer's index: name -> (where the index goes among the
 # arguments, how many positional parameters the 2.x signature has). An override is called the 1.x way when
@@ -142,8 +144,8 @@ class HookDispatcher:
             fn = self._module_fn(name)
             names = _IDX_NAMES | {"optimizer"} if name == "backward" else _IDX_NAMES
             legacy = (
-                fn is not None  # fulmen's own defaults take the 2.x form
-                and self.module_overrides(name)
+                fn is not None  # fulmen's own defaults (also wrapped on the instance) take the 2.x form
+                and is_overridden(name, self.context.module, LightningModule)
                 and takes_optimizer_idx(fn, _IDX_HOOKS[name][1], names)
             )
             self._legacy_cache[name] = legacy
@@ -199,7 +201,8 @@ class HookDispatcher:
                 callbacks = [cb for cb in callbacks if _is_monitoring(cb) == monitoring]
             # the default is the Callback base class (found by is_overridden): the runtime layer does not
             # import the callbacks package, which sits above it
-            fns = [self._callback_fn(cb, name) for cb in callbacks if is_overridden(name, cb)]
+            fns = [self._callback_fn(cb, name) for cb in callbacks
+                   if is_overridden(name, cb) or assigned_on_instance(name, cb)]  # fmt: skip
             self._callback_cache[key] = fns
         return fns
 
@@ -233,7 +236,9 @@ class HookDispatcher:
         module = self.context.module
         fn: Callable[..., Any] | None = None
         if module is not None and (
-            name not in _NOOP_MODULE_HOOKS or is_overridden(name, module, LightningModule)
+            (name not in _NOOP_MODULE_HOOKS and name not in _ONLY_IF_OVERRIDDEN)
+            or is_overridden(name, module, LightningModule)
+            or (name not in _ONLY_IF_OVERRIDDEN and assigned_on_instance(name, module))
         ):
             fn = getattr(module, name, None)
         if fn is not None and name in _STEP_NAMES:
@@ -256,8 +261,11 @@ class HookDispatcher:
             state["_current_fx_name"] = previous
 
     def module_overrides(self, name: str) -> bool:
+        """Whether the module implements ``name`` (its class overrides it, or the instance carries its own)."""
         module = self.context.module
-        return module is not None and is_overridden(name, module, LightningModule)
+        return module is not None and (
+            is_overridden(name, module, LightningModule) or assigned_on_instance(name, module)
+        )
 
     # -- the LightningDataModule ------------------------------------------------------------------------
     def call_datamodule(self, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -207,6 +207,14 @@ class StageRunner:
         loaded = self.context.checkpoint_request.loaded
         if checkpoint is not None and loaded is not None:
             checkpointing.restore_training_state(self.trainer, checkpoint, loaded)
+        self._start_clean()
+
+    def _start_clean(self) -> None:
+        """Gradients left by an earlier run (or by the user) neither count nor hold memory: cleared as a stage
+        starts (for fit, after on_fit_start and the resumed state), as in Lightning."""
+        module = self.context.module
+        if module is not None:
+            module.zero_grad()
 
     def _load_requested_checkpoint(self, fn: TrainerFn) -> dict[str, Any] | None:
         """Load ``ckpt_path`` (weights, datamodule and callback states); training state follows later."""
@@ -235,6 +243,7 @@ class StageRunner:
 
     # -- the stages other than fit ----------------------------------------------------------------------
     def _evaluate(self, fn: TrainerFn, verbose: bool) -> list[dict[str, float]]:
+        self._start_clean()
         context, trainer = self.context, self.trainer
         stage = "val" if fn == TrainerFn.VALIDATING else "test"
         context.state.stage = RunningStage.VALIDATING if stage == "val" else RunningStage.TESTING
@@ -253,6 +262,7 @@ class StageRunner:
         return results
 
     def _predict(self, return_predictions: bool) -> Any:
+        self._start_clean()
         context, trainer = self.context, self.trainer
         context.state.stage = RunningStage.PREDICTING
         loaders, counts = context.data.request_eval_dataloaders("predict")

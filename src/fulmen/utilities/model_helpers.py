@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 # the classes whose methods are the defaults (by qualified name: this module sits below them)
@@ -10,21 +11,44 @@ _BASES = frozenset({
     "fulmen.core.datamodule.LightningDataModule",
     "fulmen.callbacks.callback.Callback",
 })  # fmt: skip
+_MISSING = object()
 
 
 def is_overridden(method_name: str, instance: object | None = None, parent: type[Any] | None = None) -> bool:
     """True when ``instance``'s class (or the instance itself) defines ``method_name`` differently from
     ``parent``, by default the fulmen base class it derives from (LightningModule, LightningDataModule or
-    Callback)."""
+    Callback).
+
+    A method assigned on the instance counts by what it wraps (``functools.wraps`` / ``update_wrapper``):
+    a wrapper around the default is not an override, and an attribute set to None switches the hook off.
+    A ``Mock(spec=Callback)`` overrides everything (its methods record calls).
+    """
     if instance is None:
         return False
-    if method_name in getattr(instance, "__dict__", {}):  # assigned on the instance
-        return True
     if parent is None:
-        parent = next((c for c in type(instance).__mro__ if f"{c.__module__}.{c.__qualname__}" in _BASES), None)
+        # `__class__`, not `type()`: a Mock made with spec= reports its spec class there
+        parent = next(
+            (c for c in instance.__class__.__mro__ if f"{c.__module__}.{c.__qualname__}" in _BASES), None
+        )
         if parent is None:
             raise ValueError(
                 f"is_overridden({method_name!r}, {type(instance).__name__}) needs parent=: the instance derives "
                 "from none of LightningModule, LightningDataModule or Callback."
             )
-    return getattr(type(instance), method_name, None) is not getattr(parent, method_name, None)
+    default = getattr(parent, method_name, None)
+    own = getattr(instance, "__dict__", {}).get(method_name, _MISSING)
+    target = own if own is not _MISSING else getattr(type(instance), method_name, None)
+    if own is not _MISSING and callable(own):  # assigned on the instance: what does it wrap?
+        target = inspect.unwrap(own)
+    if target is None:  # switched off (on the instance or the class), or a wrapper of nothing
+        return False
+    return getattr(target, "__func__", target) is not default
+
+
+def assigned_on_instance(method_name: str, instance: object) -> bool:
+    """Whether ``instance`` carries its own callable ``method_name`` (a wrapper, a replacement), or is a
+    ``unittest.mock`` object (whose methods record calls): the hook dispatcher runs such a method even when
+    it is, or wraps, a default that would otherwise be skipped."""
+    if type(instance).__module__ == "unittest.mock":
+        return hasattr(instance, method_name)  # a spec'd mock has the names of its spec only
+    return callable(getattr(instance, "__dict__", {}).get(method_name))
