@@ -188,3 +188,34 @@ def test_one_x_tune():
     assert _trainer(logger=False, auto_scale_batch_size=True).auto_scale_batch_size == "power"
     with pytest.raises(MisconfigurationException, match="auto_scale_batch_size='big'"):
         _trainer(auto_scale_batch_size="big")
+
+
+def test_the_trainer_shows_the_loaders_built_with_the_size_found(caplog):
+    """As Lightning leaves it: trainer.train_dataloader / val_dataloaders / datamodule after the search; a
+    later run loads its own."""
+    import logging
+
+    class Data(fulmen.LightningDataModule):
+        def __init__(self):
+            super().__init__()
+            self.batch_size = 2
+
+        def train_dataloader(self):
+            return DataLoader(dataset(64), batch_size=self.batch_size)
+
+        def val_dataloader(self):
+            return DataLoader(dataset(16), batch_size=self.batch_size)
+
+    trainer, data = _trainer(logger=False), Data()
+    with caplog.at_level(logging.INFO):
+        size = Tuner(trainer).scale_batch_size(OOMModel(fits_up_to=10**6), datamodule=data, max_trials=3)
+    assert size == 8
+    assert trainer.datamodule is data
+    assert trainer.train_dataloader.batch_size == trainer.val_dataloaders.batch_size == 8
+    assert caplog.text.count("trying batch size") == 2  # 2 -> 4 -> 8, the third trial the last
+    with caplog.at_level(logging.INFO):
+        Tuner(_trainer(logger=False)).scale_batch_size(OOMModel(fits_up_to=10**6), datamodule=Data(), init_val=64)
+    assert "greater or equal than the length of your dataset" in caplog.text
+
+    trainer.fit(OOMModel(fits_up_to=10**6, batch_size=3), train_dataloaders=DataLoader(dataset(12), batch_size=3))
+    assert trainer.train_dataloader.batch_size == 3

@@ -64,6 +64,7 @@ class FitLoop:
         self._results_fresh = False  # reset by on_train_start for the first epoch already
         self.epoch_loop = TrainingEpochLoop(context, self.results, self.run_validation)
         self._train_dataloader: Any = None
+        self._last_train_dataloader: Any = None
         self._last_reload_epoch: int | None = None
         self.epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's shuffle was drawn
         self._resume: dict[str, Any] | None = None  # a checkpoint's loop state, applied when run starts
@@ -84,7 +85,8 @@ class FitLoop:
 
     @property
     def train_dataloader(self) -> Any:
-        return self._train_dataloader
+        """The loader of the running fit, or of the last one (as Lightning keeps it readable after fit)."""
+        return self._train_dataloader if self._train_dataloader is not None else self._last_train_dataloader
 
     def stop_reason(self) -> str | None:
         """Why training must not go on (``None``: it goes on)."""
@@ -319,4 +321,5 @@ class FitLoop:
         self.context.hooks.call_module("on_train_end")
 
     def teardown(self) -> None:
-        self._train_dataloader = None
+        # the next fit loads its own loader; this one stays readable until then
+        self._last_train_dataloader, self._train_dataloader = self._train_dataloader, None

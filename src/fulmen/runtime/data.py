@@ -44,11 +44,13 @@ class DataSource:
         self.val_dataloaders: list[Any] | None = None
         self.val_num_batches: list[int | float] = []
         self.eval_dataloaders: dict[str, list[Any]] = {}  # the last loaders of each evaluation stage
+        self.shown: dict[str, Any] = {}  # loaders built outside a run (see `show`)
         self._val_loaded_epoch: int | None = None
 
     def attach(self, **sources: Any) -> None:
         """Remember explicitly passed dataloaders (None means: ask the data module or the module)."""
         self.sources = {k: v for k, v in sources.items() if v is not None}
+        self.shown = {}
         self.val_dataloaders = None
         self._val_loaded_epoch = None
 
@@ -130,12 +132,20 @@ class DataSource:
 
     def stage_dataloaders(self, stage: str) -> Any:
         """The loader(s) of the current or last run of ``stage`` ('val': fit's, else validate's): one loader, a
-        list when there are several, None before any."""
+        list when there are several; else what `show` was given; None before any."""
         loaders = self.val_dataloaders if stage == "val" and self.val_dataloaders is not None else None
         loaders = loaders or self.eval_dataloaders.get(stage)
         if not loaders:
-            return None
+            return self.shown.get(stage)
         return loaders[0] if len(loaders) == 1 else loaders
+
+    def show(self, loaders: dict[str, Any]) -> None:
+        """Loaders built outside a run, which ``trainer.train_dataloader`` / ``val_dataloaders`` ... show until
+        a run loads its own: the batch-size finder leaves those it settled on, as Lightning does."""
+        self.shown = dict(loaders)
+        self.eval_dataloaders = {k: v for k, v in self.eval_dataloaders.items() if k not in loaders}
+        if "val" in loaders:
+            self.val_dataloaders = None
 
     # -- validation inside fit ------------------------------------------------------------------------
     def validation_enabled(self, load: bool = True) -> bool:

@@ -39,7 +39,8 @@ from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationExcept
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable  # noqa: I001 (one block: trainer.py stays under 600 lines)
+    from collections.abc import Iterable
+
     from fulmen.loggers.logger import Logger
     from fulmen.profilers import Profiler
 
@@ -397,7 +398,8 @@ class Trainer:
 
     @property
     def train_dataloader(self) -> Any:
-        return self.fit_loop.train_dataloader
+        shown = self._context.data.shown.get("train")  # left by the batch-size finder until a run loads its own
+        return shown if shown is not None else self.fit_loop.train_dataloader
 
     @property
     def val_dataloaders(self) -> Any:
@@ -417,8 +419,7 @@ class Trainer:
         config = self.config
         if config.max_epochs == -1:
             return float("inf") if config.max_steps == -1 else config.max_steps
-        if self.fit_loop.train_dataloader is None:
-            self.fit_loop.setup_data()
+        self.fit_loop.setup_data()  # loads the running fit's loader once (a no-op when loaded)
         total = self.num_training_batches
         if total == float("inf"):
             return config.max_steps if config.max_steps != -1 else float("inf")
@@ -541,13 +542,9 @@ class Trainer:
         self, filepath: str | Path, weights_only: bool | None = None, storage_options: Any = None
     ) -> None:
         """Write a checkpoint through the strategy's ``CheckpointIO`` (atomically; a local path or an fsspec URL;
-        a ``.safetensors`` path exports the weights only)."""
+        a ``.safetensors`` path exports the weights only). Without a model: an AttributeError, as in Lightning."""
         from fulmen.trainer.checkpointing import save_checkpoint
 
-        if self.lightning_module is None:
-            raise AttributeError(  # Lightning's class: the trainer has no model to save
-                "Saving a checkpoint is only possible if a model is attached: call it during or after trainer.fit()."
-            )
         save_checkpoint(self, filepath, weights_only=bool(weights_only), storage_options=storage_options)
         self.strategy.barrier("Trainer.save_checkpoint")
 

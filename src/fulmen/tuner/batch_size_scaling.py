@@ -92,13 +92,15 @@ def _get(owner: Any, name: str) -> Any:
 
 # -- the search ---------------------------------------------------------------------------------------------
 def search(
-    run_trial: Callable[[int], bool], mode: str, init_val: int, max_trials: int, margin: float, limit: int
+    run_trial: Callable[[int], bool], mode: str, init_val: int, max_trials: int, margin: float, limit: int,
+    limit_is_dataset: bool = False,
 ) -> BatchSizeSearch:
     """'power': double from ``init_val`` until a trial runs out of memory, the limit or ``max_trials``.
     'binsearch': the same doubling, then bisection between the last fit and the first failure; its result
     has ``margin`` taken off (room for memory that varies between batches). When ``init_val`` itself runs
     out of memory, the size is halved until one fits; ``max_trials=0`` runs nothing and keeps ``init_val``.
-    Every trial counts against ``max_trials``."""
+    Every trial counts against ``max_trials``; ``limit_is_dataset``: the limit is the dataset's length (said
+    when reached)."""
     found = BatchSizeSearch()
 
     def trial(size: int) -> bool:
@@ -121,8 +123,16 @@ def search(
             continue
         best = size
         if size >= limit or failed is not None:
+            if size >= limit and limit_is_dataset:
+                rank_zero_info(
+                    f"The batch size {size} is greater or equal than the length of your dataset per process: the "
+                    "search stops there."
+                )
             break  # at the limit, or the first size that fits after coming down
-        size = min(size * 2, limit)
+        following = min(size * 2, limit)
+        if len(found.trials) < max_trials:
+            rank_zero_info(f"Batch size {size} succeeded, trying batch size {following}.")
+        size = following
     if best is None:
         raise MisconfigurationException(
             f"batch size {size} runs out of memory (tried {', '.join(str(s) for s, _ in found.trials)}). Start "
@@ -178,8 +188,10 @@ def scale_batch_size(
         )
     limit = max_val if max_val is not None else 2**31
     dataset_size = _dataset_size(trainer, model, datamodule, loaders.get(searched), method)
+    per_process = None
     if dataset_size is not None:
-        limit = min(limit, max(1, math.ceil(dataset_size / max(1, trainer.strategy.world_size))))
+        per_process = max(1, math.ceil(dataset_size / max(1, trainer.strategy.world_size)))
+        limit = min(limit, per_process)
 
     outer = trainer.strategy
     if type(outer) is DDPStrategy:
@@ -208,7 +220,7 @@ def scale_batch_size(
             return agreed
 
         try:
-            found = search(run_trial, mode, init_val, max_trials, margin, limit)
+            found = search(run_trial, mode, init_val, max_trials, margin, limit, limit == per_process)
         except BaseException:
             for owner, name, value in previous_values:
                 set_field(owner, name, value)

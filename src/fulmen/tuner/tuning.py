@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.runtime.data import split_datamodule
 from fulmen.tuner.batch_size_scaling import scale_batch_size
 from fulmen.tuner.lr_finder import LRFinder, lr_find
+from fulmen.utilities.data import rebuild_dataloader
+from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -47,7 +50,10 @@ class Tuner:
         """
         if _skipped(self._trainer, "batch size scaler"):
             return None
-        return scale_batch_size(self._trainer, **_arguments(locals()))
+        arguments = _arguments(locals())
+        size = scale_batch_size(self._trainer, **arguments)
+        _show_tuned_data(self._trainer, arguments, size)
+        return size
 
     def lr_find(
         self,
@@ -73,6 +79,37 @@ class Tuner:
         if _skipped(self._trainer, "learning rate finder"):
             return None
         return lr_find(self._trainer, **_arguments(locals()))
+
+
+_HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader",
+          "predict": "predict_dataloader"}  # fmt: skip
+
+
+def _show_tuned_data(trainer: Trainer, arguments: dict[str, Any], size: int) -> None:
+    """As Lightning leaves a trainer after the search: ``trainer.train_dataloader`` (and the other loaders of
+    ``method``) built with the size found, and ``trainer.datamodule`` the data module searched with. A run
+    replaces them with the loaders it loads."""
+    method, model, datamodule = arguments["method"], arguments["model"], arguments["datamodule"]
+    stages = ("train", "val") if method == "fit" else ({"validate": "val"}.get(method, method),)
+    passed = {"train": arguments["train_dataloaders"], "val": arguments["val_dataloaders"]}
+    searched = "train" if method == "fit" else stages[0]
+    shown: dict[str, Any] = {}
+    for stage in stages:
+        loader = passed.get(stage) if method == "fit" else arguments["dataloaders"]
+        if loader is not None:
+            shown[stage] = rebuild_dataloader(loader, batch_size=size) if stage == searched else loader
+            continue
+        hook = _HOOKS[stage]
+        owner = next((o for o in (datamodule, model) if o is not None and is_overridden(hook, o)), None)
+        # a hook that needs a running trainer cannot be called here: nothing to show for that stage
+        with contextlib.suppress(Exception):
+            if owner is not None:
+                shown[stage] = getattr(owner, hook)()  # reads the batch size just written
+    context = trainer.run_context
+    if datamodule is not None:
+        context.datamodule = datamodule
+        datamodule.trainer = trainer
+    context.data.show(shown)
 
 
 def _skipped(trainer: Trainer, search: str) -> bool:
