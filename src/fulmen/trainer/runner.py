@@ -233,7 +233,14 @@ class StageRunner:
             hparams.update(model.hparams_initial)
         datamodule = self.context.datamodule
         if datamodule is not None and datamodule.log_hyperparams_enabled:
-            hparams.update(datamodule.hparams_initial)
+            theirs = datamodule.hparams_initial
+            clashing = sorted(str(k) for k in theirs.keys() & hparams.keys() if _differ(hparams[k], theirs[k]))
+            if clashing:  # one logged value would silently replace the other
+                raise RuntimeError(
+                    f"Error while merging hparams: {clashing} are in both the LightningModule's and the "
+                    "LightningDataModule's hparams, with different values. Rename one, or save it in one place only."
+                )
+            hparams.update(theirs)
         for logger in self.context.loggers:
             if hparams:
                 logger.log_hyperparams(hparams)
@@ -374,3 +381,10 @@ def _print_results(results: list[dict[str, float]], title: str) -> None:
     for row in table:
         print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
     print(line)
+
+
+def _differ(a: Any, b: Any) -> bool:
+    try:
+        return bool(a != b)
+    except Exception:  # tensors and arrays compare element-wise: different unless the same object
+        return a is not b

@@ -49,6 +49,12 @@ def assigned_on_instance(method_name: str, instance: object) -> bool:
     """Whether ``instance`` carries its own callable ``method_name`` (a wrapper, a replacement), or is a
     ``unittest.mock`` object (whose methods record calls): the hook dispatcher runs such a method even when
     it is, or wraps, a default that would otherwise be skipped."""
-    if type(instance).__module__ == "unittest.mock":
+    if is_mock(instance):
         return hasattr(instance, method_name)  # a spec'd mock has the names of its spec only
     return callable(getattr(instance, "__dict__", {}).get(method_name))
+
+
+def is_mock(obj: object) -> bool:
+    """A ``unittest.mock`` object (tests stand them in for callbacks and loggers); checked by module name so
+    that ``unittest.mock`` is not imported."""
+    return type(obj).__module__ == "unittest.mock"

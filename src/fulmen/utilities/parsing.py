@@ -68,6 +68,17 @@ def _frame_args(frame: types.FrameType) -> dict[str, Any]:
     return args
 
 
+def is_picklable(obj: object) -> bool:
+    """Whether ``pickle`` can serialise ``obj`` (a lambda or an open file cannot)."""
+    import pickle
+
+    try:
+        pickle.dumps(obj)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return False
+    return True
+
+
 def collect_init_args(obj: object, frame: types.FrameType | None) -> dict[str, Any]:
     """The arguments of every ``__init__`` of ``obj`` on the stack: a parent's own defaults are kept, and
     where two levels name the same argument the outer (the subclass, what the user called) wins."""
@@ -114,19 +125,21 @@ def save_hyperparameters(
     given_hparams: dict[str, Any] | None = None,
 ) -> None:
     """Store constructor arguments (all, or those named in ``args``) in ``obj._hparams``."""
-    if len(args) == 1 and not isinstance(args[0], str):
+    # names (str), or one object holding them (a dict, a Namespace): a number is neither
+    one_object = len(args) == 1 and not isinstance(args[0], str)
+    if any(isinstance(a, (bool, int, float)) for a in args) or (
+        one_object and not isinstance(args[0], dict) and not hasattr(args[0], "__dict__")
+    ):
+        raise ValueError(
+            f"Primitives {(bool, int, float, str)} are not allowed as the hyperparameters object: save_hyperparameters() got "
+            f"{', '.join(repr(a) for a in args)}. Pass argument names as strings (`save_hyperparameters('lr')`), "
+            "or one dict / Namespace of hyper-parameters."
+        )
+    if one_object:
         hp = args[0]
         if isinstance(hp, types.SimpleNamespace):
             hp = vars(hp)
-        if isinstance(hp, dict):
-            hparams = dict(hp)
-        elif hasattr(hp, "__dict__"):
-            hparams = dict(vars(hp))
-        else:
-            raise ValueError(
-                f"save_hyperparameters() got a {type(hp).__name__}; pass argument names as strings, "
-                "or one dict / Namespace of hyper-parameters."
-            )
+        hparams = dict(hp) if isinstance(hp, dict) else dict(vars(hp))
         # the __init__ argument that carried the object, so load_from_checkpoint can pass it back by name
         init_args = collect_init_args(obj, frame) if frame is not None else {}
         obj._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
