@@ -345,5 +345,29 @@ def test_unknown_optimizer_dict_keys_are_a_runtime_warning():
             return {"optimizer": torch.optim.SGD(self.parameters(), lr=0.1), "foo": 1}
 
     trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)
-    with pytest.warns(RuntimeWarning, match=r"unsupported keys in the optimizer configuration: \['foo'\]"):
+    with pytest.warns(RuntimeWarning, match=r"unsupported keys in the optimizer configuration: \{'foo'\}"):
         trainer.fit(Model())
+
+
+def test_scheduler_configuration_mistakes_are_said():
+    class OneCycle(BoringModel):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.OneCycleLR(
+                opt, max_lr=0.1, total_steps=10), "foo": 1}}  # fmt: skip
+
+    trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    with (
+        pytest.warns(RuntimeWarning, match="Are you sure you didn't mean 'interval': 'step'?"),
+        pytest.warns(RuntimeWarning, match=r"unsupported keys in the lr scheduler dict: \{'foo'\}"),
+    ):
+        trainer.fit(OneCycle())
+
+    class Stray(BoringModel):
+        def configure_optimizers(self):
+            other = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [torch.optim.SGD(self.parameters(), lr=0.1)], [torch.optim.lr_scheduler.StepLR(other, 1)]
+
+    trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)
+    with pytest.raises(pl.utilities.MisconfigurationException, match="attached with an optimizer that wasn.t returned"):
+        trainer.fit(Stray())

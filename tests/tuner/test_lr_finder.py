@@ -81,14 +81,33 @@ def test_one_x_auto_lr_find_and_errors():
     model = Regression()
     result = _trainer(auto_lr_find=True).tune(model, lr_find_kwargs={"num_training": 20, "min_lr": 1e-4})
     assert isinstance(result["lr_find"], LRFinder) and model.lr == result["lr_find"].suggestion()
-    with pytest.raises(MisconfigurationException, match="found none"):
+    with pytest.raises(AttributeError, match="should have one of these fields"):  # Lightning's class
         Tuner(_trainer()).lr_find(OOMModel())
     with pytest.raises(MisconfigurationException, match="mode='cosine'"):
         Tuner(_trainer()).lr_find(Regression(), mode="cosine")
     with pytest.raises(MisconfigurationException, match="rather than dataloaders="):
         Tuner(_trainer()).lr_find(Regression(), dataloaders=[])
     with pytest.raises(MisconfigurationException, match="min_lr"):
-        Tuner(_trainer()).lr_find(Regression(), min_lr=1.0, max_lr=0.1)
+        Tuner(_trainer()).lr_find(Regression(), min_lr=0.1, max_lr=0.1)
+    with pytest.warns(UserWarning, match="the sweep goes downward"):  # accepted, as in Lightning
+        finder = Tuner(_trainer()).lr_find(Regression(), min_lr=1.0, max_lr=1e-3, num_training=5)
+    assert all(1e-3 <= lr <= 1.0 for lr in finder.results["lr"]) and finder.results["lr"][0] == 1.0
+
+
+def test_too_few_points_log_an_error_and_skipped_steps_record_nan(caplog):
+    import logging
+
+    class Skips(Regression):
+        def training_step(self, batch, batch_idx):
+            return None if batch_idx in (3, 5) else super().training_step(batch, batch_idx)
+
+    with caplog.at_level(logging.ERROR):
+        finder = Tuner(_trainer()).lr_find(Regression(), num_training=1, update_attr=True)
+    assert finder.suggestion() is None and "Failed to compute suggestion for learning rate" in caplog.text
+    finder = Tuner(_trainer()).lr_find(Skips(), num_training=20, early_stop_threshold=None)
+    assert len(finder.results["loss"]) == 20
+    assert [math.isnan(v) for v in finder.results["loss"]].count(True) == 2
+    assert math.isfinite(finder.suggestion())
 
 
 def test_the_suggestion_is_written_to_the_attribute_and_the_hparams():

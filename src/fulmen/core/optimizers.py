@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch.optim import Optimizer
+from torch.optim.lr_scheduler import OneCycleLR
 
 from fulmen.core.optimizer import _MockOptimizer
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
+from fulmen.utilities.types import LRSchedulerConfig
 
 _SCHEDULER_KEYS = {"scheduler", "name", "interval", "frequency", "reduce_on_plateau", "monitor", "strict"}
 _OPTIMIZER_DICT_KEYS = {"optimizer", "lr_scheduler", "frequency", "monitor"}
@@ -18,20 +19,6 @@ _FORMS = (
     "a single optimizer; a list/tuple of optimizers; two lists ([optimizers], [schedulers]); a dict with "
     "'optimizer' and optionally 'lr_scheduler' and 'monitor'; a list/tuple of such dicts; or None"
 )
-
-
-@dataclass
-class LRSchedulerConfig:
-    """How and when one learning-rate scheduler is stepped (Lightning's scheduler dict, as an object)."""
-
-    scheduler: Any
-    name: str | None = None
-    interval: str = "epoch"
-    frequency: int = 1
-    reduce_on_plateau: bool = False
-    monitor: str | None = None
-    strict: bool = True
-    opt_idx: int | None = field(default=None, repr=False)
 
 
 def _is_optimizer(obj: Any) -> bool:
@@ -142,7 +129,7 @@ def _check_optimizer_dict(d: Mapping[str, Any]) -> None:
     extra = set(d) - _OPTIMIZER_DICT_KEYS
     if extra:
         rank_zero_warn(
-            f"Found unsupported keys in the optimizer configuration: {sorted(extra)}; configure_optimizers' "
+            f"Found unsupported keys in the optimizer configuration: {_as_set(extra)}; configure_optimizers' "
             "dict keys other than optimizer / lr_scheduler / monitor are ignored.",
             category=RuntimeWarning,
         )
@@ -166,7 +153,7 @@ def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False)
         extra = set(scheduler) - _SCHEDULER_KEYS - {"opt_idx"}
         if extra:
             rank_zero_warn(
-                f"Found unsupported keys in the lr scheduler dict: {sorted(extra)}. They are ignored. "
+                f"Found unsupported keys in the lr scheduler dict: {_as_set(extra)}. They are ignored. "
                 f"Supported keys: {sorted(_SCHEDULER_KEYS)}.",
                 category=RuntimeWarning,
             )
@@ -195,6 +182,12 @@ def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False)
         config = LRSchedulerConfig(
             scheduler=scheduler, reduce_on_plateau=_is_plateau(scheduler), monitor=monitor
         )
+    if config.interval == "epoch" and isinstance(config.scheduler, OneCycleLR):
+        # OneCycleLR's total_steps count optimizer steps: stepped per epoch it barely moves
+        rank_zero_warn(
+            "A `OneCycleLR` scheduler is using 'interval': 'epoch'. Are you sure you didn't mean 'interval': 'step'?",
+            category=RuntimeWarning,
+        )
     if config.reduce_on_plateau and config.monitor is None and not manual:
         raise MisconfigurationException(
             "`configure_optimizers` must include a monitor when a `ReduceLROnPlateau` scheduler is used: none was "
@@ -210,6 +203,10 @@ def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False)
     return config
 
 
+def _as_set(keys: set[str]) -> str:
+    return "{" + ", ".join(repr(k) for k in sorted(keys)) + "}"
+
+
 def _assign_opt_idx(configs: Sequence[LRSchedulerConfig], optimizers: Sequence[Optimizer]) -> None:
     for config in configs:
         sched_opt = getattr(config.scheduler, "optimizer", None)
@@ -218,7 +215,7 @@ def _assign_opt_idx(configs: Sequence[LRSchedulerConfig], optimizers: Sequence[O
         matches = [i for i, o in enumerate(optimizers) if o is sched_opt]
         if not matches:
             raise MisconfigurationException(
-                f"The lr scheduler {type(config.scheduler).__name__} steps an optimizer that "
-                "configure_optimizers did not return. Return that optimizer too."
+                f"The lr scheduler {type(config.scheduler).__name__} was attached with an optimizer that wasn't "
+                "returned from configure_optimizers. Return that optimizer too."
             )
         config.opt_idx = matches[0]

@@ -273,8 +273,8 @@ class TrainingEpochLoop:
                             f"{config.monitor!r}, ...) or change the scheduler's 'monitor'."
                         )
                     self._warnings.warn(
-                        f"ReduceLROnPlateau conditioned on metric {config.monitor!r} which is not available; the "
-                        "scheduler is not stepped (strict=False).",
+                        f"ReduceLROnPlateau conditioned on metric {config.monitor!r} which is not available but "
+                        "strict is set to `False`: the scheduler is not stepped.",
                         RuntimeWarning,
                     )
                     continue

@@ -234,7 +234,9 @@ class StageRunner:
         datamodule = self.context.datamodule
         if datamodule is not None and datamodule.log_hyperparams_enabled:
             theirs = datamodule.hparams_initial
-            clashing = sorted(str(k) for k in theirs.keys() & hparams.keys() if _differ(hparams[k], theirs[k]))
+            # `_class_path` / `_instantiator` are LightningCLI's records of how each was built, not hyperparameters
+            clashing = sorted(str(k) for k in theirs.keys() & hparams.keys()
+                              if not str(k).startswith("_") and _differ(hparams[k], theirs[k]))  # fmt: skip
             if clashing:  # one logged value would silently replace the other
                 raise RuntimeError(
                     f"Error while merging hparams: {clashing} are in both the LightningModule's and the "

@@ -16,7 +16,7 @@ from fulmen.callbacks.callback import Callback
 from fulmen.strategies.ddp import DDPStrategy
 from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.exceptions import MisconfigurationException
-from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from fulmen.utilities.rank_zero import rank_zero_error, rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.core.datamodule import LightningDataModule
@@ -53,9 +53,10 @@ class LRFinder:
         lrs = self.results["lr"][skip_begin : len(self.results["lr"]) - skip_end]
         finite = [i for i, v in enumerate(losses) if math.isfinite(v)]
         if len(finite) < 2:
-            rank_zero_warn(
-                f"The learning-rate finder recorded {len(self.results['loss'])} steps: too few for a suggestion "
-                f"after skipping {skip_begin} + {skip_end}. Raise num_training or lower skip_begin/skip_end."
+            rank_zero_error(
+                f"Failed to compute suggestion for learning rate because there are not enough points: "
+                f"{len(self.results['loss'])} steps recorded, {len(finite)} finite after skipping {skip_begin} + "
+                f"{skip_end}. Raise num_training (or the size of your dataloader), or lower skip_begin/skip_end."
             )
             self._optimal_idx = None
             return None
@@ -126,12 +127,16 @@ class _RangeTest(Callback):
             return  # a batch that only accumulated
         self._stepped = trainer.global_step
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        step = len(self.finder.results["loss"])
+        if loss is None:  # training_step skipped the batch (returned None): no loss for this learning rate
+            self.finder.results["lr"].append(self.finder.lr_at(step))
+            self.finder.results["loss"].append(float("nan"))
+            return
         if not isinstance(loss, torch.Tensor):
             raise MisconfigurationException(
                 "The learning-rate finder reads the loss training_step returns, but it returned "
                 f"{type(outputs).__name__}. Return the loss (automatic optimization)."
             )
-        step = len(self.finder.results["loss"])
         self._average = _SMOOTHING * self._average + (1 - _SMOOTHING) * float(loss)
         smoothed = self._average / (1 - _SMOOTHING ** (step + 1))
         self.finder.results["lr"].append(self.finder.lr_at(step))
@@ -184,10 +189,12 @@ def lr_find(
         )
     if mode not in _MODES:
         raise MisconfigurationException(f"mode={mode!r} is not a learning-rate finder mode: use {_MODES}.")
-    if not (0 < min_lr < max_lr):
-        raise MisconfigurationException(f"min_lr={min_lr!r} and max_lr={max_lr!r} need 0 < min_lr < max_lr.")
-    if isinstance(num_training, bool) or not isinstance(num_training, int) or num_training < 2:
-        raise MisconfigurationException(f"num_training={num_training!r} must be an int >= 2.")
+    if not (min_lr > 0 and max_lr > 0) or min_lr == max_lr:
+        raise MisconfigurationException(f"min_lr={min_lr!r} and max_lr={max_lr!r} must be two different rates > 0.")
+    if min_lr > max_lr:  # Lightning sweeps downward then; say so, since it is more likely a mix-up
+        rank_zero_warn(f"lr_find(min_lr={min_lr}, max_lr={max_lr}): min_lr is the larger; the sweep goes downward.")
+    if isinstance(num_training, bool) or not isinstance(num_training, int) or num_training < 1:
+        raise MisconfigurationException(f"num_training={num_training!r} must be an int >= 1.")
     if early_stop_threshold is not None and early_stop_threshold <= 1:
         raise MisconfigurationException(
             f"early_stop_threshold={early_stop_threshold!r} must be > 1 (stop when the loss exceeds that many "
@@ -196,9 +203,9 @@ def lr_find(
     where = lr_attribute(model, attr_name)
     if update_attr and where is None:
         wanted = f"`{attr_name}`" if attr_name else "`lr` or `learning_rate`"
-        raise MisconfigurationException(
-            f"The learning-rate finder writes its suggestion to {wanted} on the module or in its hparams, and "
-            "found none. Add it (and read it in configure_optimizers), pass attr_name=..., or update_attr=False."
+        raise AttributeError(  # Lightning's class
+            f"The learning-rate finder writes its suggestion to {wanted}: the model or its hparams should have one "
+            "of these fields. Add it (and read it in configure_optimizers), pass attr_name=..., or update_attr=False."
         )
     finder = LRFinder(mode, min_lr, max_lr, num_training)
     loaders = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}

@@ -65,6 +65,11 @@ def rank_zero_info(*args: Any, **kwargs: Any) -> None:
 
 
 @rank_zero_only
+def rank_zero_error(*args: Any, **kwargs: Any) -> None:
+    log.error(*args, **kwargs)
+
+
+@rank_zero_only
 def rank_zero_debug(*args: Any, **kwargs: Any) -> None:
     log.debug(*args, **kwargs)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 from torch import Tensor
@@ -24,10 +25,26 @@ OptimizerLRScheduler = Union[
 ]
 """What ``configure_optimizers`` may return."""
 
+
+@dataclass
+class LRSchedulerConfig:
+    """How and when one learning-rate scheduler is stepped (Lightning's scheduler dict, as an object).
+    ``opt_idx`` (the 1.x optimizer index, derived from the scheduler's optimizer) is not compared."""
+
+    scheduler: Any
+    name: str | None = None
+    interval: str = "epoch"
+    frequency: int = 1
+    reduce_on_plateau: bool = False
+    monitor: str | None = None
+    strict: bool = True
+    opt_idx: int | None = field(default=None, repr=False, compare=False)
+
 __all__ = [
     "EVAL_DATALOADERS",
     "STEP_OUTPUT",
     "TRAIN_DATALOADERS",
+    "LRSchedulerConfig",
     "LRSchedulerConfigType",
     "LRSchedulerPLType",
     "LRSchedulerTypeTuple",
