@@ -35,3 +35,19 @@ def test_import_and_a_local_run_load_no_optional_package(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_info_messages_reach_the_console_as_lightnings_do():
+    """Without logging configured, fulmen's INFO messages print (why fit stopped ...); an application's own
+    logging configuration receives them instead."""
+    code = (
+        "import fulmen\n"
+        "from fulmen.demos.boring_classes import BoringModel\n"
+        "fulmen.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, logger=False, "
+        "enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False).fit(BoringModel())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "`Trainer.fit` stopped: `max_epochs=1` reached." in out.stderr
+    configured = "import logging\nlogging.basicConfig(format='APP %(message)s', level=logging.INFO)\n" + code
+    out = subprocess.run([sys.executable, "-c", configured], capture_output=True, text=True, check=True)
+    assert "APP `Trainer.fit` stopped" in out.stderr and out.stderr.count("`Trainer.fit` stopped") == 1

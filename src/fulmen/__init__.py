@@ -5,6 +5,8 @@
 ``fulmen.loggers``, ``fulmen.strategies``, ``fulmen.utilities`` ...).
 """
 
+import logging
+
 from fulmen.callbacks.callback import Callback
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
@@ -12,6 +14,15 @@ from fulmen.trainer.trainer import Trainer
 from fulmen.utilities.seed import seed_everything
 
 __version__ = "0.1.0"
+
+# fulmen's messages (where checkpoints go, why training stopped, what a search found) reach the console at
+# INFO level, as Lightning's do: through the application's logging when it configured some (and pytest's
+# caplog), else through a handler of fulmen's own. `logging.getLogger("fulmen").setLevel(...)` quietens it.
+_logger = logging.getLogger(__name__)
+_logger.setLevel(logging.INFO)
+if not logging.getLogger().hasHandlers():
+    _logger.addHandler(logging.StreamHandler())
+    _logger.propagate = False
 
 _SUBMODULES = frozenset(
     {

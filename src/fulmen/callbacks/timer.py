@@ -63,6 +63,11 @@ class Timer(Callback):
     def _end(self, stage: str) -> None:
         self._end_time[stage] = time.monotonic()
 
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # a budget already spent (a zero duration, or a resumed run's recorded time) stops before any step
+        if self._duration is not None:
+            self._check(trainer)
+
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start("train")
 

@@ -330,7 +330,7 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(vci, float) and every is None:
         raise MisconfigurationException(
             "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', "
-            "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`: a fraction "
+            "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`. A fraction "
             f"of an epoch (val_check_interval={vci!r}) needs epochs to count in."
         )
     elif isinstance(vci, float) and not 0.0 < vci <= 1.0:
@@ -340,6 +340,10 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
         )
     elif isinstance(vci, int) and vci < 1:
         raise MisconfigurationException(f"val_check_interval={vci!r} must be >= 1 when it is an int (batches).")
+    if a["val_check_interval"] is not None and vci == 1 and not isinstance(vci, datetime.timedelta):
+        # 1 and 1.0 read alike but mean "every batch" and "every epoch": say which one was given
+        when = "after every training batch" if isinstance(vci, int) else "at the end of every training epoch"
+        rank_zero_info(f"`Trainer(val_check_interval={vci!r})` was configured so validation will run {when}.")
 
     sanity_flag = a["num_sanity_val_steps"]
     if sanity_flag is None:

@@ -54,7 +54,7 @@ def build_callbacks(config: TrainerConfig) -> list[Callback]:
         result = [cb for cb in result if not isinstance(cb, ModelSummary)]
     if config.max_time is not None:
         if any(isinstance(cb, Timer) for cb in result):
-            rank_zero_info("A Timer callback was given: it is used instead of Trainer(max_time=...).")
+            rank_zero_info("Ignoring `Trainer(max_time=...)`: the callbacks list already contains a Timer, used instead.")
         else:
             result.append(Timer(duration=config.max_time, interval="step"))
     if config.accumulation_schedule is not None:
