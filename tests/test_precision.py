@@ -222,3 +222,28 @@ def test_precision_plugins_are_checked():
         fulmen.Trainer(plugins=["16-mixed"])
     trainer = fulmen.Trainer(plugins=MixedPrecision(16, "cpu"), logger=False)  # the 1.x spelling of the flag
     assert trainer.precision == "16-mixed"
+
+
+def test_double_precision_keeps_complex_buffers_and_builds_configure_model_in_float64():
+    from fulmen import Trainer
+    from fulmen.demos.boring_classes import BoringModel
+
+    seen = {}
+
+    class Complex(BoringModel):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("made_early", torch.complex(torch.ones(3), torch.ones(3)), persistent=False)
+
+        def configure_model(self):
+            self.extra = torch.nn.Linear(2, 2)  # made under the precision: float64 already
+            self.register_buffer("made_late", torch.complex(torch.rand(3), torch.rand(3)), persistent=False)
+
+        def on_fit_start(self):
+            seen["early"], seen["late"] = self.made_early, self.made_late
+            seen["extra"] = self.extra.weight.dtype
+
+    Trainer(precision="64-true", max_steps=1, logger=False, enable_progress_bar=False,
+            enable_checkpointing=False, enable_model_summary=False).fit(Complex())  # fmt: skip
+    assert seen["early"].dtype == torch.complex64 and torch.equal(seen["early"].imag, torch.ones(3))
+    assert seen["late"].dtype == torch.complex128 and seen["extra"] == torch.float64

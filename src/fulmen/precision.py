@@ -72,6 +72,13 @@ class Precision:
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         return _NO_CONTEXT
 
+    def tensor_init_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Where tensors are created in the precision's dtype (``configure_model`` runs in it)."""
+        return _NO_CONTEXT
+
+    def module_init_context(self) -> contextlib.AbstractContextManager[Any]:
+        return self.tensor_init_context()
+
     def pre_backward(self, tensor: Tensor) -> Tensor:
         return tensor
 
@@ -131,7 +138,10 @@ class DoublePrecision(Precision):
     dtype = torch.float64
 
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        return module.to(dtype=self.dtype)
+        # floating-point tensors only: `module.to(dtype)` would also cast complex buffers to a real dtype and
+        # drop their imaginary part
+        cast = {torch.float64: module.double, torch.float16: module.half, torch.bfloat16: module.bfloat16}
+        return cast[self.dtype]()
 
     def convert_input(self, data: Any) -> Any:
         return apply_to_collection(
@@ -146,6 +156,9 @@ class DoublePrecision(Precision):
             yield
         finally:
             torch.set_default_dtype(previous)
+
+    def tensor_init_context(self) -> contextlib.AbstractContextManager[Any]:
+        return self.forward_context()  # the default dtype: also complex tensors get the matching width
 
 
 class HalfPrecision(DoublePrecision):

@@ -371,3 +371,21 @@ def test_scheduler_configuration_mistakes_are_said():
     trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_checkpointing=False)
     with pytest.raises(pl.utilities.MisconfigurationException, match="attached with an optimizer that wasn.t returned"):
         trainer.fit(Stray())
+
+
+def test_fit_again_with_a_higher_max_epochs_trains_on():
+    epochs = []
+
+    class Model(BoringModel):
+        def on_train_epoch_end(self):
+            epochs.append(self.current_epoch)
+
+    trainer = Trainer(max_epochs=2, limit_train_batches=1, limit_val_batches=1, **QUIET)
+    trainer.fit(Model())
+    trainer.fit_loop.max_epochs = 4
+    trainer.fit(Model())
+    assert epochs == [0, 1, 2, 3] and trainer.max_epochs == 4
+    trainer.fit_loop.max_steps = 5
+    assert trainer.max_steps == 5
+    with pytest.raises(pl.utilities.MisconfigurationException, match="fit_loop.max_epochs='x'"):
+        trainer.fit_loop.max_epochs = "x"

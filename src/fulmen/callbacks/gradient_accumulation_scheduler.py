@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidIndexError, InvalidTypeError, MisconfigurationException
 from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import rank_zero_warn
 
@@ -34,8 +34,8 @@ class GradientAccumulationScheduler(Callback):
     every 8 batches for the first 1000 steps, then every 4 until step 5000, then every batch.
 
     Raises:
-        TypeError: ``scheduling`` is empty, or a key or value is not an int.
-        IndexError: the smallest threshold is negative.
+        TypeError: ``scheduling`` is empty, or a key or value is not an int (also a MisconfigurationException).
+        IndexError: the smallest threshold is negative (also a MisconfigurationException).
         MisconfigurationException: ``mode`` is not 'epoch' or 'step', or a factor is below 1.
     """
 
@@ -46,11 +46,16 @@ class GradientAccumulationScheduler(Callback):
                 f"GradientAccumulationScheduler(scheduling={scheduling!r}): pass a non-empty dict "
                 "{threshold: accumulation_factor}, e.g. {0: 8, 4: 2}."
             )
-        bad = {k: v for k, v in scheduling.items() if not (_is_int(k) and _is_int(v))}
+        bad_keys = [k for k in scheduling if not _is_int(k)]
+        if bad_keys:
+            raise InvalidTypeError(
+                f"GradientAccumulationScheduler(scheduling=...): Epoch should be an int (a threshold: an epoch or a "
+                f"step); got {bad_keys!r}."
+            )
+        bad = {k: v for k, v in scheduling.items() if not _is_int(v)}
         if bad:
-            raise TypeError(
-                f"GradientAccumulationScheduler(scheduling=...): every threshold and factor must be an int; "
-                f"got {bad!r}."
+            raise InvalidTypeError(
+                f"GradientAccumulationScheduler(scheduling=...): Accumulation factor should be an int; got {bad!r}."
             )
         if mode not in _MODES:
             raise MisconfigurationException(
@@ -64,9 +69,9 @@ class GradientAccumulationScheduler(Callback):
             )
         smallest = min(scheduling)
         if smallest < 0:
-            raise IndexError(
-                f"GradientAccumulationScheduler(scheduling=...): thresholds start at 0 ({mode}s are zero-indexed); "
-                f"got {smallest}."
+            raise InvalidIndexError(
+                f"GradientAccumulationScheduler(scheduling=...): Epoch should be an int >= 0 (thresholds start at 0: "
+                f"{mode}s are zero-indexed); got {smallest}."
             )
         schedule = dict(scheduling)
         if smallest > 0:
@@ -101,9 +106,9 @@ class GradientAccumulationScheduler(Callback):
         configured = trainer.config.accumulate_grad_batches
         if configured != 1:
             raise ValueError(
-                f"Trainer(accumulate_grad_batches={configured}) and a GradientAccumulationScheduler both set "
-                "the accumulation factor. Remove `accumulate_grad_batches` from the Trainer (the schedule "
-                "decides) or remove the callback."
+                f"You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler` callback "
+                f"(Trainer(accumulate_grad_batches={configured})): both set the accumulation factor. Remove "
+                "`accumulate_grad_batches` from the Trainer (the schedule decides) or remove the callback."
             )
         if self.going_to_accumulate_grad_batches() and (
             is_overridden("optimizer_step", pl_module) or is_overridden("optimizer_zero_grad", pl_module)

@@ -4,8 +4,6 @@ Rotation writes the new file first and deletes the one it replaces only afterwar
 checkpoint the run resumed from nor anything outside ``dirpath``.
 """
 
-from __future__ import annotations
-
 import contextlib
 import datetime
 import math
@@ -144,7 +142,7 @@ class ModelCheckpoint(Checkpoint):
         return self._every_n_train_steps
 
     # -- hooks -----------------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: "LightningModule", stage: str) -> None:
         dirpath = self.dirpath if self.dirpath is not None else self._default_dirpath(trainer)
         self.dirpath = trainer.strategy.broadcast(cloud_io.normalize(dirpath))
         if stage != "fit" or not trainer.is_global_zero or not cloud_io.isdir(self.dirpath):
@@ -153,12 +151,12 @@ class ModelCheckpoint(Checkpoint):
         if trainer.run_context.checkpoint_request.path is None and cloud_io.listdir(self.dirpath):
             rank_zero_warn(f"Checkpoint directory {self.dirpath} exists and is not empty.")
 
-    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def on_train_start(self, trainer: "Trainer", pl_module: "LightningModule") -> None:
         self._last_time_checked = time.monotonic()
         self._wrote_last_this_fit = False
 
     def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: "Trainer", pl_module: "LightningModule", outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self._every_n_train_steps < 1 and self._train_time_interval is None:
             return  # saves at epoch or validation ends only: nothing to decide per batch
@@ -177,7 +175,7 @@ class ModelCheckpoint(Checkpoint):
             return
         self._save(trainer, by_step=True)
 
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "LightningModule") -> None:
         if (
             not self._skip(trainer)
             and self._should_save_on_train_epoch_end(trainer)
@@ -185,7 +183,7 @@ class ModelCheckpoint(Checkpoint):
         ):
             self._save(trainer)
 
-    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def on_validation_end(self, trainer: "Trainer", pl_module: "LightningModule") -> None:
         if (
             not self._skip(trainer)
             and not self._should_save_on_train_epoch_end(trainer)
@@ -193,7 +191,7 @@ class ModelCheckpoint(Checkpoint):
         ):
             self._save(trainer)
 
-    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: "Trainer", pl_module: "LightningModule", exception: BaseException) -> None:
         if not self.save_on_exception or self.dirpath is None or trainer.state.fn is None:
             return
         if trainer.lightning_module is None or self._skip(trainer):
@@ -233,7 +231,7 @@ class ModelCheckpoint(Checkpoint):
         self.best_model_path = state_dict.get("best_model_path", "")
 
     # -- decisions -------------------------------------------------------------------------------------
-    def _skip(self, trainer: Trainer) -> bool:
+    def _skip(self, trainer: "Trainer") -> bool:
         fn = trainer.state.fn
         return (
             bool(trainer.fast_dev_run)
@@ -243,14 +241,14 @@ class ModelCheckpoint(Checkpoint):
             or self._last_global_step_saved == trainer.global_step
         )
 
-    def _skip_at_end(self, trainer: Trainer) -> bool:
+    def _skip_at_end(self, trainer: "Trainer") -> bool:
         fn = trainer.state.fn
         return bool(trainer.fast_dev_run) or fn is None or fn.value != "fit"
 
-    def _epoch_due(self, trainer: Trainer) -> bool:
+    def _epoch_due(self, trainer: "Trainer") -> bool:
         return self._every_n_epochs >= 1 and (trainer.current_epoch + 1) % self._every_n_epochs == 0
 
-    def _should_save_on_train_epoch_end(self, trainer: Trainer) -> bool:
+    def _should_save_on_train_epoch_end(self, trainer: "Trainer") -> bool:
         if self._save_on_train_epoch_end is not None:
             return self._save_on_train_epoch_end
         if trainer.check_val_every_n_epoch != 1:
@@ -259,7 +257,7 @@ class ModelCheckpoint(Checkpoint):
             return True  # no validation: the epoch end is the only place
         return trainer.val_check_interval == 1.0  # several validations per epoch: save after each
 
-    def check_monitor_top_k(self, trainer: Trainer, current: torch.Tensor | None = None) -> bool:
+    def check_monitor_top_k(self, trainer: "Trainer", current: torch.Tensor | None = None) -> bool:
         if current is None:
             return False
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
@@ -310,7 +308,7 @@ class ModelCheckpoint(Checkpoint):
             version += 1
         return path
 
-    def find_last_checkpoints(self, trainer: Trainer) -> list[str]:
+    def find_last_checkpoints(self, trainer: "Trainer") -> list[str]:
         """Files named like this callback's last checkpoints in ``dirpath`` (for ``ckpt_path="last"``)."""
         if self.dirpath is None:
             return []
@@ -320,19 +318,19 @@ class ModelCheckpoint(Checkpoint):
         return [p for p in (cloud_io.join(self.dirpath, n) for n in names) if cloud_io.isfile(p)]
 
     # -- saving ----------------------------------------------------------------------------------------
-    def _monitor_candidates(self, trainer: Trainer) -> dict[str, Any]:
+    def _monitor_candidates(self, trainer: "Trainer") -> dict[str, Any]:
         candidates = dict(trainer.callback_metrics)
         candidates.setdefault("epoch", torch.tensor(trainer.current_epoch))
         candidates.setdefault("step", torch.tensor(trainer.global_step))
         return candidates
 
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def on_train_end(self, trainer: "Trainer", pl_module: "LightningModule") -> None:
         """``save_last``: a run that wrote no last checkpoint (top-k off, nothing monitored improved, no
         validation, a ``max_steps`` before the first trigger) writes one now, as Lightning 2.6 does."""
         if self.save_last and not self._wrote_last_this_fit and not self._skip_at_end(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
-    def _save(self, trainer: Trainer, by_step: bool = False) -> None:
+    def _save(self, trainer: "Trainer", by_step: bool = False) -> None:
         """Top-k, then last. ``save_last`` copies every step-triggered save; an epoch-triggered save (end of
         epoch / validation) updates last only when a top-k file was written (the behaviour of Lightning 2.6,
         checked against it in the parity tests); the end of training writes one if none was."""
@@ -350,7 +348,7 @@ class ModelCheckpoint(Checkpoint):
             self._remove(trainer, path)
         self._last_global_step_saved = trainer.global_step
 
-    def _write(self, trainer: Trainer, path: str, names: str | None = None) -> None:
+    def _write(self, trainer: "Trainer", path: str, names: str | None = None) -> None:
         """Save to ``path``. ``names``: the attribute (best_model_path / last_model_path) that points at the
         file, set before saving: the callback state inside the file then names the file itself, so a run
         resumed from it goes on rotating the same files (not ``last-v1.ckpt`` beside ``last.ckpt``)."""
@@ -374,7 +372,7 @@ class ModelCheckpoint(Checkpoint):
     def _link_last(self) -> bool:
         return self.save_last == "link" and bool(self._last_checkpoint_saved) and self.save_top_k != 0
 
-    def _save_topk_checkpoint(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
+    def _save_topk_checkpoint(self, trainer: "Trainer", candidates: dict[str, Any]) -> None:
         if self.save_top_k == 0:
             return
         if self.monitor is None:
@@ -406,7 +404,7 @@ class ModelCheckpoint(Checkpoint):
             )
 
     def _update_best_and_save(
-        self, current: torch.Tensor, trainer: Trainer, candidates: dict[str, Any]
+        self, current: torch.Tensor, trainer: "Trainer", candidates: dict[str, Any]
     ) -> None:
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
         replaced = ""
@@ -433,16 +431,16 @@ class ModelCheckpoint(Checkpoint):
         if replaced and replaced != path:
             self._retired.append(replaced)
 
-    def _save_last_checkpoint(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
+    def _save_last_checkpoint(self, trainer: "Trainer", candidates: dict[str, Any]) -> None:
         if self.save_last:
             self._rotate_last(trainer, candidates)
             self._wrote_last_this_fit = True
 
-    def save_interrupt_checkpoint(self, trainer: Trainer) -> str:
+    def save_interrupt_checkpoint(self, trainer: "Trainer") -> str:
         """A last checkpoint now (on SIGTERM / Ctrl-C), so ``ckpt_path="last"`` continues from here."""
         return self._rotate_last(trainer, self._monitor_candidates(trainer))
 
-    def _rotate_last(self, trainer: Trainer, candidates: dict[str, Any]) -> str:
+    def _rotate_last(self, trainer: "Trainer", candidates: dict[str, Any]) -> str:
         previous = self.last_model_path
         path = self._versioned_path(candidates, self.CHECKPOINT_NAME_LAST, keep=previous or None)
         self._write(trainer, path, names="last_model_path")
@@ -450,7 +448,7 @@ class ModelCheckpoint(Checkpoint):
             self._remove(trainer, previous)
         return path
 
-    def _remove(self, trainer: Trainer, path: str) -> None:
+    def _remove(self, trainer: "Trainer", path: str) -> None:
         """Delete a rotated-out checkpoint, unless it is the resume source or lies outside ``dirpath``."""
         if not trainer.is_global_zero or self.dirpath is None:
             return
@@ -464,7 +462,7 @@ class ModelCheckpoint(Checkpoint):
         trainer.strategy.remove_checkpoint(path)  # through its CheckpointIO: after a pending async save
 
     # -- paths -----------------------------------------------------------------------------------------
-    def _default_dirpath(self, trainer: Trainer) -> str:
+    def _default_dirpath(self, trainer: "Trainer") -> str:
         """``<save_dir>/<name>/<version>/checkpoints`` of the first logger, else ``<default_root_dir>/checkpoints``."""
         if trainer.loggers:
             logger = trainer.loggers[0]

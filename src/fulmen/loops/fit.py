@@ -35,6 +35,7 @@ A run resumed from a checkpoint first finishes the epoch it was written in (see 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,27 @@ class FitLoop:
     @property
     def max_epochs(self) -> int:
         return self.context.config.max_epochs
+
+    @max_epochs.setter
+    def max_epochs(self, value: int) -> None:
+        """``trainer.fit_loop.max_epochs = 10`` then ``trainer.fit(...)`` again trains on to epoch 10."""
+        _check_limit("max_epochs", value)
+        self._set_limits(max_epochs=value)
+
+    @property
+    def max_steps(self) -> int:
+        return self.context.config.max_steps
+
+    @max_steps.setter
+    def max_steps(self, value: int) -> None:
+        _check_limit("max_steps", value)
+        self._set_limits(max_steps=value)
+
+    def _set_limits(self, **limits: Any) -> None:
+        # the config stays the one place the flags live: a new frozen copy with the limit replaced
+        config = self.context.config
+        arguments = {**config.arguments, **limits}
+        self.context.config = dataclasses.replace(config, arguments=arguments, **limits)
 
     @property
     def min_epochs(self) -> int | None:
@@ -323,3 +345,8 @@ class FitLoop:
     def teardown(self) -> None:
         # the next fit loads its own loader; this one stays readable until then
         self._last_train_dataloader, self._train_dataloader = self._train_dataloader, None
+
+
+def _check_limit(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise MisconfigurationException(f"fit_loop.{name}={value!r} must be an int >= -1 (-1: no limit).")

@@ -187,8 +187,9 @@ class StageRunner:
             hooks.call_datamodule("setup", stage=stage)
         hooks.call_callbacks("setup", stage=stage)
         hooks.call_module("setup", stage=stage)
-        hooks.call_module("configure_sharded_model")
-        hooks.call_module("configure_model")
+        with strategy.precision_plugin.module_init_context():  # '64-true': the layers made here in float64
+            hooks.call_module("configure_sharded_model")
+            hooks.call_module("configure_model")
         checkpoint = self._load_requested_checkpoint(fn)
         strategy.connect_run(hooks, config.gradient_clip_val, config.gradient_clip_algorithm, config.sync_batchnorm)
         strategy.setup(trainer)

@@ -16,6 +16,10 @@ class InvalidTypeError(MisconfigurationException, TypeError):
     """A flag of the wrong type. Lightning raises ``TypeError`` for these; both classes catch it."""
 
 
+class InvalidIndexError(MisconfigurationException, IndexError):
+    """An index-like argument out of range (a negative epoch threshold ...): both classes catch it."""
+
+
 class _TunerExitException(Exception):
     """Internal: ends a trial run of the tuner early."""
 
