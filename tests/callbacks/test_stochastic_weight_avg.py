@@ -163,3 +163,22 @@ def test_the_one_x_flag_and_errors():
                        ({"annealing_strategy": "step"}, "annealing_strategy='step'")):  # fmt: skip
         with pytest.raises(MisconfigurationException, match=match):
             StochasticWeightAveraging(**bad)
+
+
+def test_a_step_scheduler_is_swapped_with_a_warning_and_int_rates_are_refused(caplog):
+    import logging
+
+    from fulmen.demos.boring_classes import BoringModel
+
+    class Stepwise(BoringModel):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1),
+                                                       "interval": "step"}}  # fmt: skip
+
+    trainer = fulmen.Trainer(fast_dev_run=True, callbacks=[StochasticWeightAveraging(swa_lrs=1e-2)])
+    with caplog.at_level(logging.INFO), pytest.warns(UserWarning, match="SWA is currently only supported every epoch"):
+        trainer.fit(Stepwise())
+    assert "Swapping scheduler `StepLR` for `SWALR`" in caplog.text
+    with pytest.raises(MisconfigurationException, match="a list of positive floats"):
+        StochasticWeightAveraging(swa_lrs=[0.2, 1])

@@ -13,7 +13,7 @@ from torch.optim.swa_utils import SWALR, AveragedModel
 from fulmen.callbacks.callback import Callback
 from fulmen.core.optimizers import LRSchedulerConfig
 from fulmen.utilities.exceptions import MisconfigurationException
-from fulmen.utilities.rank_zero import rank_zero_info
+from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -56,10 +56,10 @@ class StochasticWeightAveraging(Callback):
                 "1-based epoch number) or a float in (0, 1) (a fraction of max_epochs)."
             )
         lrs = swa_lrs if isinstance(swa_lrs, (list, tuple)) else [swa_lrs] if swa_lrs is not None else []
-        if any(isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0 for lr in lrs):
+        if any(not isinstance(lr, float) or lr <= 0 for lr in lrs):  # an int is refused as by Lightning: 1 -> 1.0
             raise MisconfigurationException(
-                f"swa_lrs={swa_lrs!r} must be a positive float, a list of them (one per parameter group), or None "
-                "to keep each group's current learning rate."
+                f"swa_lrs={swa_lrs!r} should be a positive float, or a list of positive floats (one per parameter "
+                "group), or None to keep each group's current learning rate."
             )
         if (
             isinstance(annealing_epochs, bool)
@@ -160,6 +160,13 @@ class StochasticWeightAveraging(Callback):
             anneal_strategy=self.annealing_strategy,  # type: ignore[arg-type]
         )  # fmt: skip
         self._user_schedulers = trainer.strategy.lr_scheduler_configs
+        for config in self._user_schedulers:
+            if config.interval == "step":
+                rank_zero_warn(
+                    "SWA is currently only supported every epoch: the step-wise scheduler "
+                    f"`{type(config.scheduler).__name__}` is replaced by SWALR, which steps once an epoch."
+                )
+            rank_zero_info(f"Swapping scheduler `{type(config.scheduler).__name__}` for `SWALR`.")
         trainer.strategy.lr_scheduler_configs = [LRSchedulerConfig(self._scheduler, name="swa", interval="epoch")]
 
     def _add(self, trainer: Trainer, pl_module: LightningModule) -> None:
