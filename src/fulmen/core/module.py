@@ -25,7 +25,19 @@ if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
 
 
-_SCRIPTING = False  # torch.jit is reading every attribute of the module (see to_torchscript)
+_SCRIPTING = False  # torch.jit is reading every attribute of the module (see jit_tracing)
+
+
+@contextmanager
+def jit_tracing() -> Generator[None, None, None]:
+    """While ``torch.jit`` (script, trace, TensorBoard's ``add_graph``) reads every attribute of a module,
+    ``module.trainer`` is None instead of an error for a module not attached to a trainer."""
+    global _SCRIPTING
+    previous, _SCRIPTING = _SCRIPTING, True
+    try:
+        yield
+    finally:
+        _SCRIPTING = previous
 
 
 class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, DataHooks, CheckpointHooks):
@@ -471,17 +483,16 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
                 "run on example inputs)."
             )
         sample = self._export_input(example_inputs, "to_torchscript") if method == "trace" else None
-        global _SCRIPTING
-        was_training, _SCRIPTING = self.training, True
+        was_training = self.training
         self.eval()
         try:
-            if method == "script":
-                scripted = torch.jit.script(self, **kwargs)
-            else:
-                scripted = torch.jit.trace(self, example_inputs=sample, **kwargs)
+            with jit_tracing():
+                if method == "script":
+                    scripted = torch.jit.script(self, **kwargs)
+                else:
+                    scripted = torch.jit.trace(self, example_inputs=sample, **kwargs)
         finally:
             self.train(was_training)
-            _SCRIPTING = False
         if file_path is not None:
             torch.jit.save(scripted, file_path)
         return scripted

@@ -13,6 +13,9 @@ import tempfile
 from argparse import Namespace
 from typing import Any
 
+import torch
+
+from fulmen.core.module import jit_tracing
 from fulmen.loggers.logger import (
     Logger,
     flatten_params,
@@ -22,7 +25,8 @@ from fulmen.loggers.logger import (
     save_hparams_yaml,
 )
 from fulmen.utilities import cloud_io
-from fulmen.utilities.rank_zero import rank_zero_only
+from fulmen.utilities.apply_func import move_data_to_device
+from fulmen.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 
 class TensorBoardLogger(Logger):
@@ -42,6 +46,8 @@ class TensorBoardLogger(Logger):
         **kwargs: Any,
     ) -> None:
         self._save_dir = cloud_io.local(save_dir)
+        if not cloud_io.is_remote(self._save_dir):  # "$SCRATCH/runs", as Lightning's TensorBoardLogger reads it
+            self._save_dir = os.path.expandvars(self._save_dir)
         cloud_io.check_reachable(self._save_dir, "TensorBoardLogger(save_dir)")
         self._staging: str | None = None  # the local folder the writer uses when log_dir is a URL
         self._name = name or ""
@@ -49,7 +55,7 @@ class TensorBoardLogger(Logger):
         self._log_graph = log_graph
         self._default_hp_metric = default_hp_metric
         self._prefix = prefix
-        self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
+        self._sub_dir = os.path.expandvars(os.path.expanduser(os.fspath(sub_dir))) if sub_dir is not None else None
         self._kwargs = kwargs
         self._experiment: Any = None
         self.hparams: dict[str, Any] = {}
@@ -70,7 +76,7 @@ class TensorBoardLogger(Logger):
 
     @property
     def root_dir(self) -> str:
-        return cloud_io.join(self._save_dir, self._name)
+        return cloud_io.join(self._save_dir, self.name)  # the property: a subclass may override it
 
     @property
     def log_dir(self) -> str:
@@ -139,12 +145,27 @@ class TensorBoardLogger(Logger):
 
     @rank_zero_only
     def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """The model's graph, traced on ``input_array`` or ``model.example_input_array`` (``log_graph=True``)."""
         if not self._log_graph:
             return
         example = input_array if input_array is not None else getattr(model, "example_input_array", None)
         if example is None:
+            rank_zero_warn(
+                "Could not log computational graph to TensorBoard: The `model.example_input_array` attribute is not "
+                "set or `input_array` was not given."
+            )
             return
-        self.experiment.add_graph(model, example)
+        if not isinstance(example, (torch.Tensor, tuple)):
+            rank_zero_warn(
+                f"Could not log computational graph to TensorBoard: the input ({type(example).__name__}) can't be "
+                "traced by TensorBoard. Make it a tensor, or a tuple of the positional arguments of `forward()`."
+            )
+            return
+        device = getattr(model, "device", None)
+        if isinstance(device, torch.device):
+            example = move_data_to_device(example, device)
+        with jit_tracing():  # tracing reads every attribute: `trainer` of a detached module must not raise
+            self.experiment.add_graph(model, example)
 
     @rank_zero_only
     def save(self) -> None:
