@@ -239,3 +239,19 @@ def test_a_damaged_file_is_named_as_not_a_complete_checkpoint(tmp_path, damage, 
     with pytest.raises(checkpoint_io.CorruptCheckpointError, match="bad.ckpt"):
         trainer.fit(BoringModel(), ckpt_path=bad)
     assert checkpoint_io.load(good)["epoch"] == 3  # a whole file still loads
+
+
+def test_resuming_past_max_epochs_is_an_error(tmp_path):
+    from fulmen import Trainer
+    from fulmen.demos.boring_classes import BoringModel
+    from fulmen.utilities.exceptions import MisconfigurationException
+
+    flags = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, limit_train_batches=2,
+                 limit_val_batches=0, default_root_dir=tmp_path)  # fmt: skip
+    trainer = Trainer(max_epochs=3, **flags)
+    trainer.fit(BoringModel())
+    path = tmp_path / "done.ckpt"
+    trainer.save_checkpoint(path)
+    with pytest.raises(MisconfigurationException, match=r"current_epoch=3, but you have set Trainer\(max_epochs=1\)"):
+        Trainer(max_epochs=1, **flags).fit(BoringModel(), ckpt_path=path)
+    Trainer(max_epochs=3, **flags).fit(BoringModel(), ckpt_path=path)  # the same limit: nothing left, no error

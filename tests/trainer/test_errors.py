@@ -255,3 +255,13 @@ def test_freeze_and_unfreeze_return_the_module():
     assert all(not p.requires_grad for p in model.parameters())
     assert model.unfreeze() is model and model.training
     assert all(p.requires_grad for p in model.parameters())
+
+
+def test_a_logged_key_with_a_dataloader_index_is_refused():
+    class Model(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.log("foo/dataloader_idx_0", 1.0)
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(MisconfigurationException, match="`self.log` with the key `foo/dataloader_idx_0`"):
+        Trainer(max_steps=1, **QUIET).fit(Model())

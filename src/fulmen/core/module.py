@@ -379,6 +379,11 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
             )
         if not isinstance(name, str):
             raise MisconfigurationException(f"self.log(name={name!r}): the name must be a str.")
+        if "/dataloader_idx_" in name:  # the suffix is fulmen's to add: it would clash with the real one
+            raise MisconfigurationException(
+                f"You called `self.log` with the key `{name}`, but a key should not contain the dataloader index: "
+                "it is added (`/dataloader_idx_N`) when several dataloaders run. Log under a name without it."
+            )
         if logger is None:
             logger = True
         results.log(

@@ -105,7 +105,7 @@ class LightningOptimizer:
         self._optimizer.load_state_dict(state_dict)
 
     def __repr__(self) -> str:
-        return f"LightningOptimizer({self._optimizer!r})"
+        return f"Lightning{self._optimizer!r}"  # "LightningSGD (\nParameter Group 0 ...", the class's own name
 
 
 def unwrap_optimizer(optimizer: Optimizer | LightningOptimizer) -> Optimizer:

@@ -237,5 +237,12 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], ckpt_pa
     if state is None:
         state = resume.state_from_lightning(checkpoint)
     trainer.fit_loop.load_resume_state(state)
+    max_epochs = trainer.max_epochs
+    if max_epochs is not None and max_epochs != -1 and trainer.current_epoch > max_epochs:
+        raise MisconfigurationException(
+            f"You restored a checkpoint with current_epoch={trainer.current_epoch}, but you have set "
+            f"Trainer(max_epochs={max_epochs}): the run would train nothing. Raise max_epochs above the epoch the "
+            "checkpoint reached, or load only the weights (Model.load_from_checkpoint) for a new run."
+        )
     rank_zero_info(f"Restored training state from {ckpt_path!r} (epoch {trainer.current_epoch}, "
                    f"global step {trainer.global_step}).")  # fmt: skip
