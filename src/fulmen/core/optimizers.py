@@ -137,11 +137,12 @@ def _check_optimizer_dict(d: Mapping[str, Any]) -> None:
 
 def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False) -> LRSchedulerConfig:
     if isinstance(scheduler, Mapping) and manual:
-        ignored = sorted(set(scheduler) & {"interval", "frequency", "monitor", "strict", "reduce_on_plateau"})
+        # `interval` is kept (a callback may read it); these decide when fulmen steps, which it does not here
+        ignored = sorted(set(scheduler) & {"frequency", "monitor", "strict", "reduce_on_plateau"})
         if ignored:
             rank_zero_warn(
-                f"The lr scheduler dict has the keys {ignored}, which manual optimization ignores: call "
-                "`self.lr_schedulers()` and `.step()` them in training_step when you want.",
+                f"The lr scheduler dict contains the key(s) {ignored}, but the keys will be ignored: in manual "
+                "optimization call `self.lr_schedulers()` and `.step()` them in training_step when you want.",
                 category=RuntimeWarning,
             )
     if isinstance(scheduler, Mapping):
@@ -195,10 +196,11 @@ def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False)
             "{'optimizer': optimizer, 'lr_scheduler': {'scheduler': scheduler, 'monitor': 'val_loss'}} "
             "from configure_optimizers."
         )
-    if not hasattr(config.scheduler, "step"):
+    if not hasattr(config.scheduler, "step") and not manual:  # manual optimization steps it itself, any way
         raise MisconfigurationException(
-            f"The lr scheduler {_short(config.scheduler)} has no .step(); pass a torch.optim.lr_scheduler "
-            "object (or any object with step() and optimizer)."
+            f"The provided lr scheduler {_short(config.scheduler)} doesn't follow PyTorch's LRScheduler API: it has "
+            "no .step(). Pass a torch.optim.lr_scheduler object (or any object with step() and optimizer), or "
+            "step it yourself under manual optimization."
         )
     return config
 
