@@ -87,14 +87,14 @@ def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, A
         if precision_state:
             checkpoint[type(precision).__qualname__] = precision_state
     datamodule = trainer.datamodule
+    hooks = trainer.run_context.hooks
     if datamodule is not None:
-        dm_state = datamodule.state_dict()
+        dm_state = hooks.call_datamodule("state_dict")  # through the dispatcher: the profiler records it
         if dm_state:
             checkpoint[type(datamodule).__qualname__] = dm_state
     _store_hparams(checkpoint, module)
     if datamodule is not None:
         _store_hparams(checkpoint, datamodule)
-    hooks = trainer.run_context.hooks
     if not weights_only:
         if datamodule is not None:
             hooks.call_datamodule("on_save_checkpoint", checkpoint)
@@ -177,7 +177,7 @@ def restore_module_and_callbacks(
         hooks.call_datamodule("on_load_checkpoint", checkpoint)
         dm_state = checkpoint.get(type(datamodule).__qualname__)
         if dm_state:
-            datamodule.load_state_dict(dm_state)
+            hooks.call_datamodule("load_state_dict", dm_state)
     hooks.call_module("on_load_checkpoint", checkpoint)
     if "state_dict" not in checkpoint:
         raise KeyError("The checkpoint has no 'state_dict' key: it is not a model checkpoint.")
