@@ -66,6 +66,7 @@ def _run(base: Any, demos: Any, loaders: int, tmp_path) -> dict[str, Any]:
         trainer.fit(model)
         after_fit = sorted(trainer.callback_metrics)
         logged_are_tensors = all(isinstance(v, torch.Tensor) for v in trainer.logged_metrics.values())
+        trainer.validate(model, verbose=False)  # its step values count from 0 again (not on from fit's)
         results = trainer.test(model, verbose=False)
     return {"calls": recorder.calls, "callback_metrics": after_fit, "logged_tensors": logged_are_tensors,
             "test": [{k: round(float(v), 5) for k, v in r.items()} for r in results]}  # fmt: skip

@@ -126,7 +126,7 @@ class TensorBoardLogger(Logger):
         if metrics is None and self._default_hp_metric:
             metrics = {"hp_metric": -1}
         if metrics:
-            self.log_metrics(metrics, 0)
+            self.log_metrics(metrics, None)  # no step yet: the event file records 0, as for Lightning
             from torch.utils.tensorboard.summary import hparams
 
             exp, ssi, sei = hparams(flat, metrics)

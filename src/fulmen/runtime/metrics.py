@@ -36,6 +36,12 @@ class MetricsHub:
         self.logged = {}
         self.pbar = {}
 
+    def start_run(self) -> None:
+        """A new fit / validate / test / predict: no metrics yet, and evaluation steps count from 0 again
+        (within a fit they go on across its validation runs: the x axis of the loggers)."""
+        self.reset()
+        self._eval_steps = {}
+
     def current_callback_metrics(self) -> dict[str, Any]:
         self.refresh()
         return self.callback
@@ -92,7 +98,7 @@ class MetricsHub:
             return
         self.callback.update(callback)
         self.pbar.update(pbar)
-        # each dataloader counts its own steps, continued across the runs of a stage (Lightning's x axis)
+        # each dataloader counts its own steps, continued across a fit's validation runs (Lightning's x axis)
         key = (state.stage.value if state.stage is not None else "eval", results.dataloader_idx or 0)
         step = self._eval_steps.get(key, 0)
         self._eval_steps[key] = step + 1

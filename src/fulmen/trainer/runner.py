@@ -57,6 +57,7 @@ class StageRunner:
         if fn == TrainerFn.FITTING:  # a GradientAccumulationScheduler of an earlier fit changed it
             context.accumulate_grad_batches = context.config.accumulate_grad_batches
         context.stop.reset()
+        context.metrics.start_run()
         context.module = model
         model.trainer = trainer
         strategy.connect(model)
