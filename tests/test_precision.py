@@ -247,3 +247,15 @@ def test_double_precision_keeps_complex_buffers_and_builds_configure_model_in_fl
             enable_checkpointing=False, enable_model_summary=False).fit(Complex())  # fmt: skip
     assert seen["early"].dtype == torch.complex64 and torch.equal(seen["early"].imag, torch.ones(3))
     assert seen["late"].dtype == torch.complex128 and seen["extra"] == torch.float64
+
+
+def test_mixed_precision_pickles_after_a_step():
+    """ddp_spawn sends the trainer (and its precision object) to its workers."""
+    import pickle
+
+    precision = MixedPrecision("bf16-mixed", "cpu")
+    layer = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    precision.optimizer_step(optimizer, lambda: layer(torch.ones(1, 2)).sum().backward(), None)
+    copy = pickle.loads(pickle.dumps(precision))
+    assert copy.precision == "bf16-mixed" and not copy.step_was_skipped(optimizer)

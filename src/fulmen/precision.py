@@ -203,6 +203,20 @@ class MixedPrecision(Precision):
         self._skipped: weakref.WeakSet[Optimizer] = weakref.WeakSet()  # whose last step the scaler skipped
         self._step_hooks: weakref.WeakKeyDictionary[Optimizer, Any] = weakref.WeakKeyDictionary()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the weak records of this process's optimizers do not pickle (ddp_spawn sends the trainer to its
+        # workers) and mean nothing elsewhere: a copy starts with none
+        state = dict(self.__dict__)
+        for name in ("_stepped", "_skipped", "_step_hooks"):
+            state.pop(name)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._stepped = weakref.WeakSet()
+        self._skipped = weakref.WeakSet()
+        self._step_hooks = weakref.WeakKeyDictionary()
+
     @property
     def device_type(self) -> str:
         return self.device

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -105,9 +106,14 @@ class DDPSpawnStrategy(DDPStrategy):
                     _worker, args=(env, job, result_dir), nprocs=self._devices, start_method=self.start_method
                 )
             except mp.ProcessRaisedException as err:
+                # torch's message ends with the worker's traceback, whose "Type: message" line names the error
+                # (notes such as the rank it was raised on may follow it)
+                lines = [line.strip() for line in str(err).splitlines()]
+                named = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", line)]
+                cause = named[-1] if named else "an error"
                 raise RuntimeError(
-                    f"strategy={self.strategy_name!r}: the process of rank {err.error_index} failed; its error is "
-                    "above and below."
+                    f"strategy={self.strategy_name!r}: the process of rank {err.error_index} failed with {cause} "
+                    "(its traceback is below)."
                 ) from err
             except mp.ProcessExitedException as err:
                 how = (
