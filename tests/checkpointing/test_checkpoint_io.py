@@ -255,3 +255,17 @@ def test_resuming_past_max_epochs_is_an_error(tmp_path):
     with pytest.raises(MisconfigurationException, match=r"current_epoch=3, but you have set Trainer\(max_epochs=1\)"):
         Trainer(max_epochs=1, **flags).fit(BoringModel(), ckpt_path=path)
     Trainer(max_epochs=3, **flags).fit(BoringModel(), ckpt_path=path)  # the same limit: nothing left, no error
+
+
+def test_a_missing_hparams_file_warns_and_the_checkpoints_values_are_used(tmp_path):
+    from fulmen.demos.boring_classes import BoringModel
+
+    class Model(BoringModel):
+        def __init__(self, width=32):
+            super().__init__()
+            self.save_hyperparameters()
+
+    torch.save({"state_dict": Model().state_dict(), "hyper_parameters": {"width": 7}}, tmp_path / "m.ckpt")
+    with pytest.warns(UserWarning, match="Missing Tags: .*nope.yaml"):
+        model = Model.load_from_checkpoint(tmp_path / "m.ckpt", hparams_file=tmp_path / "nope.yaml")
+    assert model.hparams.width == 7

@@ -75,11 +75,19 @@ def save_hparams_to_yaml(config_yaml: str | Path, hparams: Any, use_omegaconf: b
 HPARAMS_LEFT_OUT_SUFFIX = "_left_out"  # "hyper_parameters_left_out": the objects a checkpoint does not store
 
 
-def _read_hparams_file(path: str | Path) -> dict[str, Any]:
+def _read_hparams_file(path: str | Path) -> dict[str, Any] | None:
+    """The hyperparameters of ``hparams_file``; None (with a warning) when the file does not exist."""
     import yaml
 
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
+    from fulmen.utilities import cloud_io
+
+    if not cloud_io.exists(path):  # Lightning warns and goes on; the checkpoint's own values are the better default
+        rank_zero_warn(
+            f"Missing Tags: {os.fspath(path)}. The hparams_file does not exist: the checkpoint's hyperparameters "
+            "are used."
+        )
+        return None
+    data = yaml.safe_load(cloud_io.read_bytes(path).decode("utf-8")) or {}
     if not isinstance(data, dict):
         raise ValueError(
             f"hparams_file={os.fspath(path)!r} must hold a YAML mapping, got {type(data).__name__}."
@@ -88,11 +96,9 @@ def _read_hparams_file(path: str | Path) -> dict[str, Any]:
 
 
 def _init_kwargs(
-    cls: Any, checkpoint: dict[str, Any], hparams_file: Any, overrides: dict[str, Any]
+    cls: Any, checkpoint: dict[str, Any], hparams: dict[str, Any], overrides: dict[str, Any]
 ) -> dict[str, Any]:
-    hparams: dict[str, Any] = dict(checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY) or {})
-    if hparams_file is not None:
-        hparams = _read_hparams_file(hparams_file)
+    hparams = dict(hparams)
     name = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_NAME)
     signature = inspect.signature(cls.__init__)  # type: ignore[misc]
     params = signature.parameters
@@ -191,7 +197,7 @@ def load_from_checkpoint(
     if isinstance(hparams, dict) and "_instantiator" in hparams:
         obj = _from_cli_config(cls, hparams, kwargs)
     else:
-        obj = cls(**_init_kwargs(cls, checkpoint, hparams_file, kwargs))
+        obj = cls(**_init_kwargs(cls, checkpoint, hparams, kwargs))
     if is_datamodule:
         state = checkpoint.get(type(obj).__qualname__)
         if state:

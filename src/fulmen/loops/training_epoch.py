@@ -81,8 +81,8 @@ class TrainingEpochLoop:
                 return True
             config = context.config
             self._warnings.info(
-                f"should_stop was set, but min_epochs={config.min_epochs} / min_steps={config.min_steps} is not "
-                "met yet: training continues."
+                f"`trainer.should_stop` was set, but `min_epochs={config.min_epochs}` or `min_steps={config.min_steps}` "
+                "has not been met. Training will continue until both are."
             )
         return False
 
