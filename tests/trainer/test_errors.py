@@ -265,3 +265,59 @@ def test_a_logged_key_with_a_dataloader_index_is_refused():
 
     with pytest.raises(MisconfigurationException, match="`self.log` with the key `foo/dataloader_idx_0`"):
         Trainer(max_steps=1, **QUIET).fit(Model())
+
+
+def test_a_logged_metric_must_belong_to_the_module():
+    torchmetrics = pytest.importorskip("torchmetrics")
+
+    def fit(model):
+        Trainer(max_steps=1, **QUIET).fit(model)
+
+    class Stray(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.log("acc", torchmetrics.MeanMetric())
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(MisconfigurationException, match="setting an attribute for the metric in your"):
+        fit(Stray())
+
+    class Other(Stray):
+        def __init__(self):
+            super().__init__()
+            self.bar = torchmetrics.MeanMetric()
+
+    with pytest.raises(MisconfigurationException, match=r"metric_attribute=name\)` where `name` is one of \['bar'\]"):
+        fit(Other())
+
+    class Owned(BoringModel):
+        def __init__(self):
+            super().__init__()
+            self.mean = torchmetrics.MeanMetric()
+
+        def training_step(self, batch, batch_idx):
+            self.mean(batch.sum())
+            self.log("mean", self.mean, on_step=False, on_epoch=True)
+            return super().training_step(batch, batch_idx)
+
+    trainer = Trainer(max_steps=2, **QUIET)
+    trainer.fit(Owned())
+    assert "mean" in trainer.callback_metrics
+
+
+def test_logging_one_key_twice_differently_or_with_an_unknown_reduction_is_refused():
+    class Twice(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.log("foo", 1.0, prog_bar=False)
+            self.log("foo", 1.0, prog_bar=True)
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(MisconfigurationException, match=r"`self.log\(foo, ...\)` twice in `training_step`"):
+        Trainer(max_steps=1, **QUIET).fit(Twice())
+
+    class Argmax(BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.log("foo", 1.0, reduce_fx=torch.argmax)
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(MisconfigurationException, match=r"reduce_fx=\{min,max,mean,sum\}\)` are supported"):
+        Trainer(max_steps=1, **QUIET).fit(Argmax())

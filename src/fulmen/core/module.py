@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from fulmen.core.hooks import CheckpointHooks, DataHooks, ModelHooks
@@ -386,12 +386,39 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
             )
         if logger is None:
             logger = True
+        if metric_attribute is None and isinstance(value, nn.Module) and callable(getattr(value, "compute", None)):
+            metric_attribute = self._metric_attribute(name, value)
         results.log(
             fx, name, value, self._device, prog_bar=prog_bar, logger=logger, on_step=on_step,
             on_epoch=on_epoch, reduce_fx=reduce_fx, enable_graph=enable_graph, sync_dist=sync_dist,
             sync_dist_group=sync_dist_group, add_dataloader_idx=add_dataloader_idx, batch_size=batch_size,
             metric_attribute=metric_attribute, rank_zero_only=rank_zero_only,
         )  # fmt: skip
+
+    def _metric_attribute(self, name: str, metric: nn.Module) -> str:
+        """The attribute holding a logged torchmetrics ``Metric``: it must be one of the module's, so that it
+        moves to the module's device and its state is the module's (found once per metric, then cached)."""
+        cache: dict[int, str] = self.__dict__.setdefault("_metric_attributes", {})
+        found = cache.get(id(metric))
+        if found is not None:
+            return found
+        for attribute, module in self.named_modules():
+            if module is metric:
+                cache[id(metric)] = attribute
+                return attribute
+        metrics = sorted(n for n, m in self.named_modules() if n and callable(getattr(m, "compute", None)))
+        if metrics:
+            raise MisconfigurationException(
+                f"Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged as {name!r}. "
+                f"You can fix this by calling `self.log({name}, ..., metric_attribute=name)` where `name` is one of "
+                f"{metrics}, or by setting the logged metric as an attribute."
+            )
+        raise MisconfigurationException(
+            f"Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged as {name!r}: a "
+            "metric must belong to the module (to move to its device and keep its state). You can fix this by "
+            "setting an attribute for the metric in your `LightningModule`, e.g. `self.acc = Accuracy(...)` in "
+            "`__init__`, and logging `self.acc`."
+        )
 
     def log_dict(
         self,

@@ -81,8 +81,8 @@ def _parse_reduce_fx(reduce_fx: str | Callable[..., Any]) -> str:
     if callable(reduce_fx) and reduce_fx in _TORCH_REDUCE:
         return _TORCH_REDUCE[reduce_fx]  # type: ignore[index]
     raise MisconfigurationException(
-        f"self.log(reduce_fx={reduce_fx!r}) is not supported. Use 'mean', 'sum', 'max' or 'min' "
-        "(or torch.mean / torch.sum / torch.max / torch.min, or the builtins sum / max / min)."
+        f"Only `self.log(..., reduce_fx={{min,max,mean,sum}})` are supported, got reduce_fx={reduce_fx!r}. Use 'mean', "
+        "'sum', 'max' or 'min' (or torch.mean / torch.sum / torch.max / torch.min, or the builtins sum / max / min)."
     )
 
 
@@ -274,8 +274,8 @@ class ResultCollection:
             result = self.items[key] = ResultMetric(meta)
         elif result.meta != meta:
             raise MisconfigurationException(
-                f"self.log({name!r}, ...) was called twice in {fx} with different arguments. "
-                "Log each name with one set of arguments per hook."
+                f"You called `self.log({name}, ...)` twice in `{fx}` with different arguments. Log each name with "
+                "one set of arguments per hook."
             )
         if type(value) is not torch.Tensor and _is_metric(value):
             result.update_metric(value)
@@ -334,9 +334,9 @@ class ResultCollection:
     def _to_tensor(name: str, value: Any, device: torch.device, enable_graph: bool) -> torch.Tensor:
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:
-                raise MisconfigurationException(
-                    f"self.log({name!r}, value) got a tensor of shape {tuple(value.shape)}; logged values must "
-                    f"have one element. Reduce it first, e.g. self.log({name!r}, value.mean())."
+                raise InvalidValueError(  # a ValueError, as Lightning raises, and a MisconfigurationException
+                    f"self.log({name!r}, value) got a tensor of shape {tuple(value.shape)}: the logged tensor must "
+                    f"have a single element. Reduce it first, e.g. self.log({name!r}, value.mean())."
                 )
             if value.ndim:
                 value = value.reshape(())
