@@ -219,3 +219,14 @@ def test_the_trainer_shows_the_loaders_built_with_the_size_found(caplog):
 
     trainer.fit(OOMModel(fits_up_to=10**6, batch_size=3), train_dataloaders=DataLoader(dataset(12), batch_size=3))
     assert trainer.train_dataloader.batch_size == 3
+
+
+def test_several_evaluation_loaders_of_the_module_are_refused_before_any_trial():
+    class TwoVal(OOMModel):
+        def val_dataloader(self):
+            return [DataLoader(dataset(8), batch_size=self.batch_size)] * 2
+
+    model = TwoVal()
+    with pytest.raises(MisconfigurationException, match="cannot be used with multiple validate dataloaders"):
+        Tuner(_trainer(logger=False)).scale_batch_size(model, method="validate")
+    assert model.seen == []

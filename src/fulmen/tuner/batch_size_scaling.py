@@ -177,6 +177,11 @@ def scale_batch_size(
                "dataloaders": dataloaders}  # fmt: skip
     loaders = {k: v for k, v in loaders.items() if v is not None}
     _check_loaders(method, loaders)
+    searched_loader = loaders.get("train_dataloaders" if method == "fit" else "dataloaders")
+    if searched_loader is None:  # the module's (or data module's) own loader for that method
+        searched_loader = _hook_loader(model, datamodule, method)
+        if method != "fit":  # several evaluation loaders: which one's batch size? (training ones are combined)
+            _check_loaders(method, {"dataloaders": searched_loader})
     owners = field_owners(model, datamodule, batch_arg_name)
     # the loaders whose batch size is searched: the training loader for fit, the evaluated one otherwise
     searched = "train_dataloaders" if method == "fit" else "dataloaders"
@@ -187,7 +192,7 @@ def scale_batch_size(
             "*_dataloader() hooks) or pass batch_arg_name='<your field>'."
         )
     limit = max_val if max_val is not None else 2**31
-    dataset_size = _dataset_size(trainer, model, datamodule, loaders.get(searched), method)
+    dataset_size = _dataset_size(searched_loader)
     per_process = None
     if dataset_size is not None:
         per_process = max(1, math.ceil(dataset_size / max(1, trainer.strategy.world_size)))
@@ -256,17 +261,21 @@ def _check_loaders(method: str, loaders: dict[str, Any]) -> None:
         )
 
 
-def _dataset_size(
-    trainer: Trainer, model: LightningModule, datamodule: Any, loader: Any, method: str
-) -> int | None:
+def _hook_loader(model: LightningModule, datamodule: Any, method: str) -> Any:
+    """What the data module's (else the module's) ``*_dataloader()`` hook of ``method`` returns; None when it
+    cannot be called outside a run."""
+    hook = {"fit": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader",
+            "predict": "predict_dataloader"}[method]  # fmt: skip
+    owner = datamodule if datamodule is not None and hasattr(datamodule, hook) else model
+    try:
+        return getattr(owner, hook)()
+    except Exception:
+        return None
+
+
+def _dataset_size(loader: Any) -> int | None:
     """Samples in the searched loader's dataset (the size cannot usefully grow past it)."""
-    if loader is None:
-        hook = {"fit": "train_dataloader", "validate": "val_dataloader", "test": "test_dataloader",
-                "predict": "predict_dataloader"}[method]  # fmt: skip
-        owner = datamodule if datamodule is not None and hasattr(datamodule, hook) else model
-        try:
-            loader = getattr(owner, hook)()
-        except Exception:
-            return None
+    if isinstance(loader, (list, tuple)) and len(loader) == 1:
+        loader = loader[0]
     dataset = getattr(loader, "dataset", None)
     return len(dataset) if dataset is not None and has_len(dataset) else None
