@@ -121,8 +121,27 @@ def test_the_flags_read_back_from_the_trainer_are_read_only():
     trainer = fulmen.Trainer(max_epochs=3, limit_val_batches=0.5, logger=False)
     assert (trainer.max_epochs, trainer.limit_val_batches, trainer.log_every_n_steps) == (3, 0.5, 50)
     with pytest.raises(AttributeError, match="read-only"):
+        trainer.limit_val_batches = 1.0  # type: ignore[misc]
+    with pytest.raises(AttributeError):  # change it through trainer.fit_loop.max_epochs
         trainer.max_epochs = 4  # type: ignore[misc]
-    assert trainer.max_epochs == 3
+    assert trainer.max_epochs == 3 and trainer.limit_val_batches == 0.5
+
+
+def test_max_epochs_reads_none_until_a_fit_applies_the_default():
+    from fulmen.demos.boring_classes import BoringModel
+
+    quiet = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    class StopAtOnce(fulmen.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            trainer.should_stop = True
+
+    trainer = fulmen.Trainer(limit_train_batches=1, limit_val_batches=0, callbacks=[StopAtOnce()], **quiet)
+    assert trainer.max_epochs is None
+    with pytest.warns(UserWarning, match="`max_epochs` was not set"):
+        trainer.fit(BoringModel())
+    assert trainer.max_epochs == 1000  # what the fit ran with
+    assert fulmen.Trainer(max_steps=3, **quiet).max_epochs is None  # max_steps limits the run
+    assert fulmen.Trainer(fast_dev_run=True, **quiet).max_epochs == 1
 
 
 @pytest.mark.parametrize("name", ["limit_train_batches", "limit_val_batches", "limit_test_batches",

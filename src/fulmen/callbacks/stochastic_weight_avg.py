@@ -88,7 +88,9 @@ class StochasticWeightAveraging(Callback):
         """The 0-based index of the first epoch that averages."""
         if isinstance(self.swa_epoch_start, int):
             return self.swa_epoch_start - 1
-        return int(self.swa_epoch_start * trainer.max_epochs)
+        max_epochs = trainer.max_epochs
+        assert max_epochs is not None, "checked in on_fit_start: a fraction needs max_epochs"
+        return int(self.swa_epoch_start * max_epochs)
 
     @property
     def started(self) -> bool:

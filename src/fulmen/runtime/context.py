@@ -88,6 +88,7 @@ class RunContext:
         self.state = TrainerState()
         self.progress = FitProgress()
         self.stop = StopRequests()
+        self.max_epochs_default_applied = False  # a fit without any limit ran: trainer.max_epochs shows 1000
         self.checkpoint_request = CheckpointRequest()
         self.batches = BatchCounts()
         self.module: LightningModule | None = None

@@ -141,6 +141,16 @@ class TrainerConfig:
         """No limit on training was given (max_epochs, max_steps, max_time): fit stops after 1000 epochs."""
         return self.arguments.get("max_epochs") is None and self.max_epochs == _DEFAULT_MAX_EPOCHS
 
+    def given_max_epochs(self, default_applied: bool) -> int | None:
+        """``trainer.max_epochs`` as Lightning shows it: None when not given, until a fit applies the default
+        (1000, when no other limit was given either; with max_steps or max_time it stays None)."""
+        if self.arguments.get("max_epochs") is None:
+            if self.max_epochs == -1:  # max_steps / max_time limit the run
+                return None
+            if self.max_epochs_defaulted and not default_applied:
+                return None
+        return self.max_epochs  # given, fast_dev_run's 1, or the default a fit applied
+
     @property
     def active_profiler(self) -> Any:
         """The profiler that records the runs; None when it records nothing (no hook is wrapped then)."""

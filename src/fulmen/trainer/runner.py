@@ -72,6 +72,7 @@ class StageRunner:
             hooks.reset()
             self._check_model(model, fn)
             if fn == TrainerFn.FITTING and context.config.max_epochs_defaulted:
+                context.max_epochs_default_applied = True
                 rank_zero_warn(
                     "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set "
                     "`max_epochs=-1`.",

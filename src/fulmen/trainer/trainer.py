@@ -267,7 +267,9 @@ class Trainer:
             context.config = replace(context.config, accumulate_grad_batches=value)  # where the next fit starts
 
     # the flags users read back (typed, read-only)
-    max_epochs: ConfigField[int] = ConfigField()
+    @property
+    def max_epochs(self) -> int | None:
+        return self.config.given_max_epochs(self._context.max_epochs_default_applied)
     min_epochs: ConfigField[int | None] = ConfigField()
     max_steps: ConfigField[int] = ConfigField()
     min_steps: ConfigField[int | None] = ConfigField()
