@@ -45,6 +45,20 @@ _SUBMODULES = frozenset(
 )
 
 
+def cli_lightning_logo() -> None:
+    """Print fulmen's banner (examples call Lightning's ``cli_lightning_logo()`` first thing in ``main``)."""
+    print(_LOGO)
+
+
+_LOGO = r"""
+   __       _
+  / _|_   _| |_ __ ___   ___ _ __
+ | |_| | | | | '_ ` _ \ / _ \ '_ \
+ |  _| |_| | | | | | | |  __/ | | |
+ |_|  \__,_|_|_| |_| |_|\___|_| |_|
+"""
+
+
 def __getattr__(name: str) -> object:
     # ``import fulmen; fulmen.loggers.CSVLogger`` works as with Lightning, without importing every
     # submodule (and its optional dependencies) at ``import fulmen``.
@@ -55,4 +69,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'fulmen' has no attribute {name!r}")
 
 
-__all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "__version__", "seed_everything"]
+__all__ = [
+    "Callback", "LightningDataModule", "LightningModule", "Trainer", "__version__", "cli_lightning_logo",
+    "seed_everything",
+]  # fmt: skip

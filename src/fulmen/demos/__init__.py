@@ -1,5 +1,6 @@
-"""Bundled demos: ``BoringModel`` and friends for tests and examples (``fulmen.demos.BoringModel``, as
-Lightning's ``demos`` package has them) and the digits classifier (``python -m fulmen.demos.digits``)."""
+"""Bundled demos: ``BoringModel`` and friends for tests, the models examples import (``Transformer``,
+``WikiText2``, ``LightningTransformer``, ``demos.lstm``, ``demos.mnist_datamodule``), as Lightning's ``demos``
+package has them, and the digits classifier (``python -m fulmen.demos.digits``)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ if TYPE_CHECKING:
         RandomDataset,
         RandomIterableDataset,
     )
+    from fulmen.demos.transformer import LightningTransformer, Transformer, WikiText2
 
 _WHERE = {name: "boring_classes" for name in ("BoringDataModule", "BoringModel", "RandomDataset",
                                               "RandomIterableDataset")}  # fmt: skip
 
+_WHERE.update({name: "transformer" for name in ("LightningTransformer", "Transformer", "WikiText2")})
+
 __getattr__, __dir__ = lazy_exports("fulmen.demos", _WHERE)
 
-__all__ = ["BoringDataModule", "BoringModel", "RandomDataset", "RandomIterableDataset"]
+__all__ = [
+    "BoringDataModule", "BoringModel", "LightningTransformer", "RandomDataset", "RandomIterableDataset", "Transformer",
+    "WikiText2",
+]  # fmt: skip

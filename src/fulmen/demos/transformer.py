@@ -1,0 +1,157 @@
+"""A small word-level language model for examples: ``Transformer``, the ``WikiText2`` dataset it reads and
+``LightningTransformer`` that trains it (the names examples import from ``lightning.pytorch.demos``).
+
+``WikiText2`` reads ``<root>/wikitext-2/train.txt`` (a plain text file, one sentence per line); with
+``download=True`` a missing file is fetched from ``WikiText2.url`` first. Without network access, place the
+file there yourself (any text works: the vocabulary is built from it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+from fulmen.core.module import LightningModule
+
+
+class PositionalEncoding(nn.Module):
+    """The sine / cosine position signal added to the token embeddings."""
+
+    def __init__(self, dim: int, dropout: float = 0.1, max_len: int = 5000) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        position = torch.arange(max_len).unsqueeze(1)
+        scale = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))
+        table = torch.zeros(max_len, dim)
+        table[:, 0::2] = torch.sin(position * scale)
+        table[:, 1::2] = torch.cos(position * scale[: dim // 2])
+        self.table: Tensor
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:  # (batch, sequence, dim)
+        return self.dropout(x + self.table[: x.size(1)])
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder ``nn.Transformer`` over token ids: ``forward(inputs, target)`` returns the logits of
+    the next token at every position of ``target`` (``(batch * sequence, vocab_size)``)."""
+
+    def __init__(
+        self, vocab_size: int = 33278, ninp: int = 200, nhead: int = 2, nhid: int = 200, nlayers: int = 2,
+        dropout: float = 0.2,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.embedding = nn.Embedding(vocab_size, ninp)
+        self.pos_encoder = PositionalEncoding(ninp, dropout)
+        self.transformer = nn.Transformer(
+            d_model=ninp, nhead=nhead, num_encoder_layers=nlayers, num_decoder_layers=nlayers,
+            dim_feedforward=nhid, dropout=dropout, batch_first=True,
+        )  # fmt: skip
+        self.decoder = nn.Linear(ninp, vocab_size)
+        self.ninp = ninp
+
+    def forward(self, inputs: Tensor, target: Tensor, mask: Tensor | None = None) -> Tensor:
+        _, length = target.shape
+        if mask is None:  # each position sees the positions before it only
+            mask = torch.triu(torch.full((length, length), float("-inf"), device=target.device), diagonal=1)
+        src = self.pos_encoder(self.embedding(inputs) * math.sqrt(self.ninp))
+        tgt = self.pos_encoder(self.embedding(target) * math.sqrt(self.ninp))
+        output = self.transformer(src, tgt, tgt_mask=mask)
+        return self.decoder(output).view(-1, self.vocab_size)
+
+
+class Dictionary:
+    """Words to ids, in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.word2idx: dict[str, int] = {}
+        self.idx2word: list[str] = []
+
+    def add_word(self, word: str) -> int:
+        if word not in self.word2idx:
+            self.idx2word.append(word)
+            self.word2idx[word] = len(self.idx2word) - 1
+        return self.word2idx[word]
+
+    def __len__(self) -> int:
+        return len(self.idx2word)
+
+
+def tokenize(path: str | Path) -> tuple[Tensor, Dictionary]:
+    """Every word of the file (with an ``<eos>`` after each line) as ids, and the dictionary built."""
+    dictionary = Dictionary()
+    ids: list[int] = []
+    with open(path, encoding="utf8") as f:
+        for line in f:
+            ids.extend(dictionary.add_word(word) for word in line.split() + ["<eos>"])
+    return torch.tensor(ids, dtype=torch.long), dictionary
+
+
+class WikiText2(Dataset):  # type: ignore[type-arg]
+    """Blocks of ``block_size`` token ids and the same block shifted by one (the next-word targets)."""
+
+    url = "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/train.txt"
+
+    def __init__(self, root: str | Path = "data", block_size: int = 35, download: bool = True) -> None:
+        self.path = Path(root) / "wikitext-2" / "train.txt"
+        if not self.path.exists():
+            if not download:
+                raise FileNotFoundError(f"WikiText2: {self.path} does not exist; pass download=True or place it there.")
+            self.download(self.path)
+        self.data, self.dictionary = tokenize(self.path)
+        self.block_size = block_size
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.dictionary)
+
+    def __len__(self) -> int:
+        return len(self.data) // self.block_size - 1
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        start = index * self.block_size
+        chunk = self.data[start : start + self.block_size + 1]
+        return chunk[:-1], chunk[1:]
+
+    @classmethod
+    def download(cls, destination: Path) -> None:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        partial = destination.with_suffix(".part")
+        try:
+            urllib.request.urlretrieve(cls.url, partial)
+        except OSError as err:
+            raise RuntimeError(
+                f"WikiText2 could not download {cls.url} ({err}). Without network access, put a text file at "
+                f"{destination} (download=False)."
+            ) from err
+        os.replace(partial, destination)  # never a half-written train.txt
+
+
+class LightningTransformer(LightningModule):
+    """Trains :class:`Transformer` on next-word prediction (cross entropy), with SGD."""
+
+    def __init__(self, vocab_size: int = 33278) -> None:
+        super().__init__()
+        self.model = Transformer(vocab_size=vocab_size)
+
+    def forward(self, inputs: Tensor, target: Tensor) -> Tensor:
+        return self.model(inputs, target)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        inputs, target = batch
+        output = self(inputs, target)
+        return nn.functional.nll_loss(torch.log_softmax(output, dim=-1), target.reshape(-1))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+
+__all__ = ["LightningTransformer", "Transformer", "WikiText2"]
