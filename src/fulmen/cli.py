@@ -530,7 +530,7 @@ class LightningCLI:
     def instantiate_classes(self) -> None:
         """Make the model and data module (each recording the config that built it, see
         :func:`instantiate_module`), then the trainer."""
-        parser = self._subparsers[self.subcommand] if self.subcommand else self.parser
+        parser = self._current_parser()
         section = self._section
         plain = json.loads(parser.dump(section, format="json", skip_validation=True, skip_link_targets=False))
         instantiator = _RecordingInstantiator([
