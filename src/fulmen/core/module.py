@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -400,8 +401,10 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         moves to the module's device and its state is the module's (found once per metric, then cached)."""
         cache: dict[int, str] = self.__dict__.setdefault("_metric_attributes", {})
         found = cache.get(id(metric))
-        if found is not None:
-            return found
+        if found is not None:  # an id may be reused after a metric is freed: check it still names this one
+            with contextlib.suppress(AttributeError):
+                if self.get_submodule(found) is metric:
+                    return found
         for attribute, module in self.named_modules():
             if module is metric:
                 cache[id(metric)] = attribute
