@@ -245,7 +245,8 @@ def test_module_all_gather_and_prediction_writer(ddp_results):
 
 
 def test_launch_checks(monkeypatch):
-    from fulmen.strategies.ddp import DDPStrategy, launch_local_ranks
+    from fulmen.strategies.ddp import DDPStrategy
+    from fulmen.strategies.parallel import launch_local_ranks
     from fulmen.utilities.exceptions import MisconfigurationException
 
     _clear_launcher_env(monkeypatch)
@@ -364,7 +365,7 @@ def test_exit_waits_for_busy_collective_threads():
     import threading
     import time
 
-    from fulmen.strategies.ddp import _wait_until_idle
+    from fulmen.strategies.parallel import _wait_until_idle
 
     libc = ctypes.CDLL(None)
     busy_until = time.monotonic() + 0.3

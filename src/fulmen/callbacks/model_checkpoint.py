@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from fulmen.callbacks.callback import Callback
-from fulmen.utilities import cloud_io
+from fulmen.utilities import cloud_io, distributed_checkpoint
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import WarningCache, rank_zero_info, rank_zero_warn
 
@@ -313,9 +313,12 @@ class ModelCheckpoint(Checkpoint):
         if self.dirpath is None:
             return []
         stem, ext = self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION
+        if not cloud_io.is_remote(self.dirpath):
+            distributed_checkpoint.recover_all(self.dirpath)  # a sharded `last` a kill left aside while replacing
         names = [n for n in cloud_io.listdir(self.dirpath)
                  if n.endswith(ext) and stem in n[: -len(ext)] and not n.startswith(".")]  # fmt: skip
-        return [p for p in (cloud_io.join(self.dirpath, n) for n in names) if cloud_io.isfile(p)]
+        # a sharded checkpoint is a directory; a hidden name is one being written or replaced
+        return [p for p in (cloud_io.join(self.dirpath, n) for n in names) if cloud_io.exists(p)]
 
     # -- saving ----------------------------------------------------------------------------------------
     def _monitor_candidates(self, trainer: "Trainer") -> dict[str, Any]:

@@ -140,6 +140,13 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         return self._trainer.local_rank if self._trainer is not None else 0
 
     @property
+    def device_mesh(self) -> Any:
+        """The strategy's torch DeviceMesh (``ModelParallelStrategy``: dimensions "data_parallel" and
+        "tensor_parallel"; ``FSDPStrategy``: the mesh it shards over), for ``configure_model``; None otherwise."""
+        trainer = self._trainer
+        return getattr(trainer.strategy, "device_mesh", None) if trainer is not None else None
+
+    @property
     def on_gpu(self) -> bool:
         return self.device.type == "cuda"
 

@@ -188,8 +188,8 @@ class DataSource:
         shuffle = isinstance(loader.sampler, RandomSampler)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
         sampler: DistributedSampler[Any] = DistributedSampler(
-            loader.dataset, num_replicas=strategy.world_size, rank=strategy.global_rank,
-            shuffle=shuffle, seed=seed, drop_last=loader.drop_last,
+            loader.dataset, **strategy.distributed_sampler_kwargs, shuffle=shuffle, seed=seed,
+            drop_last=loader.drop_last,
         )  # fmt: skip
         return rebuild_dataloader(loader, sampler=sampler)
 

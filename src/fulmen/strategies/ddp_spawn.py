@@ -21,8 +21,9 @@ import torch
 
 from fulmen.accelerators import Accelerator
 from fulmen.precision import Precision
-from fulmen.strategies.ddp import DDPStrategy, _free_port
+from fulmen.strategies.ddp import DDPStrategy
 from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterLayout
+from fulmen.strategies.parallel import _free_port
 from fulmen.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ class DDPSpawnStrategy(DDPStrategy):
                 "test/predict, which start them."
             )
         super().setup_environment()
+
+    def prepare_for_tuning(self) -> None:
+        """Nothing: the processes (and their group) exist only inside fit; a tuner run before it is this
+        process's alone."""
 
     # -- the launcher ----------------------------------------------------------------------------------
     def launch(self, trainer: Trainer, function: Callable[..., Any], *args: Any) -> Any:

@@ -12,6 +12,7 @@ from fulmen.precision import Precision, select_precision
 from fulmen.strategies.ddp import DDPStrategy
 from fulmen.strategies.ddp_spawn import DDPSpawnStrategy
 from fulmen.strategies.environment import detect as detect_cluster
+from fulmen.strategies.fsdp import FSDPStrategy
 from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     from fulmen.accelerators import Accelerator
 
 DDP_NAMES = ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
-_NOT_AVAILABLE = ("fsdp", "deepspeed", "xla", "hpu_parallel", "single_xla", "single_hpu")
+FSDP_NAMES = ("fsdp", "fsdp_cpu_offload")
+_NOT_AVAILABLE = ("deepspeed", "xla", "hpu_parallel", "single_xla", "single_hpu")
 
 
 def _ddp_kind(name: str | None) -> tuple[str, bool] | None:
@@ -31,8 +33,8 @@ def _ddp_kind(name: str | None) -> tuple[str, bool] | None:
         return None
     if name in _NOT_AVAILABLE:
         raise MisconfigurationException(
-            f"strategy={name!r} is not available in fulmen (it trains with DDP on torch.distributed). Use "
-            "strategy='ddp'."
+            f"strategy={name!r} is not available in fulmen (it trains on torch.distributed: DDP, FSDP and model "
+            "parallelism). Use strategy='ddp' or 'fsdp'."
         )
     for suffix, find_unused in (("_find_unused_parameters_true", True), ("_find_unused_parameters_false", False)):
         if name.endswith(suffix):
@@ -75,12 +77,18 @@ def _select(
         strategy.check_launch(devices, num_nodes, cluster)
         return strategy
     name = strategy.lower() if isinstance(strategy, str) else None
+    if name in FSDP_NAMES:
+        fsdp = FSDPStrategy(accelerator=accelerator, precision_plugin=precision, cpu_offload=name == "fsdp_cpu_offload")
+        fsdp.cluster_plugin = environment
+        fsdp.check_launch(devices, num_nodes, cluster)
+        return fsdp
     ddp_kind = _ddp_kind(name)
     if name not in ("auto", "single_device") and ddp_kind is None:
         raise InvalidValueError(
             f"strategy={strategy!r} is not supported. Use 'auto', 'single_device', 'ddp', 'ddp_spawn', "
-            "'ddp_fork', 'ddp_notebook' (each DDP name also with '_find_unused_parameters_true'), or a "
-            "Strategy instance such as DDPStrategy(...)."
+            "'ddp_fork', 'ddp_notebook' (each DDP name also with '_find_unused_parameters_true'), 'fsdp', "
+            "'fsdp_cpu_offload', or a Strategy instance such as DDPStrategy(...), FSDPStrategy(...) or "
+            "ModelParallelStrategy(...)."
         )
     processes = len(devices) * num_nodes
     launched = cluster is not None and cluster.world_size > 1

@@ -6,17 +6,20 @@ The loops ask the strategy; they never branch on which strategy is in use.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
+from torch.overrides import TorchFunctionMode
 
 from fulmen.accelerators import Accelerator
 from fulmen.core.optimizer import LightningOptimizer, unwrap_optimizer
 from fulmen.core.optimizers import LRSchedulerConfig, parse_configure_optimizers
 from fulmen.precision import Precision
+from fulmen.utilities import distributed_checkpoint
 from fulmen.utilities.apply_func import move_data_to_device
 from fulmen.utilities.exceptions import MisconfigurationException
 
@@ -111,6 +114,12 @@ class Strategy:
         return False
 
     @property
+    def distributed_sampler_kwargs(self) -> dict[str, int]:
+        """How a DistributedSampler shares the data: one share per process. Model parallelism shares it per
+        data-parallel group (the processes of one tensor-parallel group see the same batch)."""
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    @property
     def lightning_optimizers(self) -> list[LightningOptimizer]:
         """The optimizers wrapped in ``LightningOptimizer`` (what ``self.optimizers()`` returns in a module)."""
         return self._lightning_optimizers
@@ -201,7 +210,43 @@ class Strategy:
             self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        """The checkpoint at ``checkpoint_path`` as a dict; a sharded (FSDP) checkpoint directory is read whole
+        into this process, as ``fulmen consolidate`` would write it (resharding N processes -> 1)."""
+        if isinstance(checkpoint_path, str | os.PathLike) and distributed_checkpoint.is_sharded_checkpoint(
+            checkpoint_path
+        ):
+            return distributed_checkpoint.load_consolidated(checkpoint_path)
         return self.checkpoint_io.load_checkpoint(checkpoint_path, map_location="cpu", weights_only=weights_only)
+
+    @property
+    def restore_checkpoint_after_setup(self) -> bool:
+        """Whether a checkpoint is loaded after :meth:`setup` (sharded models: the shards need the sharded
+        model to land in) rather than before it."""
+        return False
+
+    def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        """What a checkpoint keeps of ``optimizer``."""
+        return optimizer.state_dict()
+
+    def load_model_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
+        module = self._lightning_module
+        assert module is not None
+        module.load_state_dict(state_dict, strict=strict)
+
+    def load_optimizer_states(self, states: list[Any], optimizers: list[Optimizer]) -> None:
+        """Each optimizer's state from a checkpoint (the lists are of equal length, checked by the caller)."""
+        for optimizer, state in zip(optimizers, states):
+            optimizer.load_state_dict(state)
+
+    def tensor_init_context(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager[Any]:
+        """Where ``Trainer.init_module`` creates a model: on this strategy's device, in the precision's dtype;
+        ``empty_init=True`` skips the initialisation (the weights come from a checkpoint)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.root_device)
+        stack.enter_context(self.precision_plugin.module_init_context())
+        if empty_init:
+            stack.enter_context(_SkipInit())
+        return stack
 
     def remove_checkpoint(self, filepath: Any) -> None:
         if self.is_global_zero:
@@ -209,6 +254,9 @@ class Strategy:
 
     def on_exception(self, exception: BaseException) -> None:
         """The run raised ``exception`` (not an interrupt); called before the callbacks hear of it."""
+
+    def prepare_for_tuning(self) -> None:
+        """What a tuner run before fit needs set up (several processes: their process group)."""
 
     def _step_plan(self, hooks: HookDispatcher) -> _StepPlan:
         """Recomputed when the dispatcher was reset (a new run, new callbacks or module); the hot loop reads
@@ -369,6 +417,16 @@ class Strategy:
 
 
 _NO_SYNC_TO_BLOCK = contextlib.nullcontext()
+
+
+class _SkipInit(TorchFunctionMode):
+    """Calls to ``torch.nn.init`` functions return their tensor untouched: a model built inside is left with
+    the memory its parameters were allocated with, for a checkpoint to fill (``init_module(empty_init=True)``)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs.get("tensor")
+        return func(*args, **(kwargs or {}))
 
 
 class SingleDeviceStrategy(Strategy):

@@ -80,7 +80,7 @@ def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, A
             if state:
                 callback_states[cb.state_key] = state
         checkpoint["callbacks"] = callback_states
-        checkpoint["optimizer_states"] = [opt.state_dict() for opt in trainer.optimizers]
+        checkpoint["optimizer_states"] = [trainer.strategy.optimizer_state(opt) for opt in trainer.optimizers]
         checkpoint["lr_schedulers"] = [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs]
         precision = trainer.precision_plugin
         precision_state = precision.state_dict()
@@ -181,8 +181,7 @@ def restore_module_and_callbacks(
     hooks.call_module("on_load_checkpoint", checkpoint)
     if "state_dict" not in checkpoint:
         raise KeyError("The checkpoint has no 'state_dict' key: it is not a model checkpoint.")
-    strict = getattr(module, "strict_loading", True)
-    module.load_state_dict(checkpoint["state_dict"], strict=strict)
+    trainer.strategy.load_model_state_dict(checkpoint["state_dict"], strict=getattr(module, "strict_loading", True))
     if not callbacks:
         return
     hooks.call_callbacks("on_load_checkpoint", checkpoint)
@@ -205,14 +204,12 @@ def restore_module_and_callbacks(
         )
 
 
-def _load_states(ckpt_path: str, what: str, states: list[Any], targets: list[Any]) -> None:
+def _check_counts(ckpt_path: str, what: str, states: list[Any], targets: list[Any]) -> None:
     if len(states) != len(targets):
         raise MisconfigurationException(
             f"{ckpt_path!r} holds {len(states)} {what} states but configure_optimizers() returned "
             f"{len(targets)} {what}s. Resume with the configuration that wrote the checkpoint."
         )
-    for target, state in zip(targets, states):
-        target.load_state_dict(state)
 
 
 def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], ckpt_path: str) -> None:
@@ -222,9 +219,12 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], ckpt_pa
             f"{ckpt_path!r} holds no optimizer states (saved with weights_only=True?): it cannot resume "
             "training. Load the weights with Model.load_from_checkpoint() and start a new fit() instead."
         )
-    _load_states(ckpt_path, "optimizer", checkpoint["optimizer_states"], trainer.optimizers)
+    _check_counts(ckpt_path, "optimizer", checkpoint["optimizer_states"], trainer.optimizers)
+    trainer.strategy.load_optimizer_states(checkpoint["optimizer_states"], trainer.optimizers)
     schedulers = [cfg.scheduler for cfg in trainer.lr_scheduler_configs]
-    _load_states(ckpt_path, "LR scheduler", checkpoint.get("lr_schedulers", []), schedulers)
+    _check_counts(ckpt_path, "LR scheduler", checkpoint.get("lr_schedulers", []), schedulers)
+    for scheduler, state in zip(schedulers, checkpoint.get("lr_schedulers", [])):
+        scheduler.load_state_dict(state)
     precision = trainer.precision_plugin
     # Lightning 1.x saved a GradScaler's state under "native_amp_scaling_state"
     precision_state = checkpoint.get(type(precision).__qualname__) or checkpoint.get(

@@ -1,11 +1,14 @@
-"""The callbacks and loggers the Trainer's flags imply, made in one place."""
+"""The callbacks and loggers the Trainer's flags imply, made in one place; the model a stage runs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from fulmen.callbacks.callback import Callback
+from fulmen.core.module import LightningModule, unwrap_compiled
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.model_helpers import is_mock
 from fulmen.utilities.rank_zero import rank_zero_info
@@ -120,3 +123,18 @@ def _default_logger(default_root_dir: str) -> Logger:
 
         return TensorBoardLogger(save_dir=default_root_dir, name="lightning_logs")
     return CSVLogger(save_dir=default_root_dir, name="lightning_logs")
+
+
+def prepare_model(model: Any, compile_options: bool | dict[str, Any], fn: str) -> LightningModule:
+    """The LightningModule a stage runs: ``Trainer(compile=...)`` applied (as if the user had passed
+    ``torch.compile(model, **options)``), a compiled module unwrapped, anything else refused."""
+    if compile_options is not False and isinstance(model, LightningModule) and model._compiled_from is None:
+        options = compile_options if isinstance(compile_options, dict) else {}
+        model = unwrap_compiled(torch.compile(model, **options))
+    model = unwrap_compiled(model)
+    if not isinstance(model, LightningModule):
+        raise TypeError(
+            f"`model` must be a `LightningModule`: trainer.{fn}() got `{type(model).__name__}`. Subclass "
+            "fulmen.LightningModule (or pass torch.compile(your_lightning_module))."
+        )
+    return model

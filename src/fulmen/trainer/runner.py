@@ -192,9 +192,12 @@ class StageRunner:
         with strategy.precision_plugin.module_init_context():  # '64-true': the layers made here in float64
             hooks.call_module("configure_sharded_model")
             hooks.call_module("configure_model")
-        checkpoint = self._load_requested_checkpoint(fn)
+        after_setup = strategy.restore_checkpoint_after_setup  # sharded: the shards load into the sharded model
+        checkpoint = None if after_setup else self._load_requested_checkpoint(fn)
         strategy.connect_run(hooks, config.gradient_clip_val, config.gradient_clip_algorithm, config.sync_batchnorm)
         strategy.setup(trainer)
+        if after_setup:
+            checkpoint = self._load_requested_checkpoint(fn)
         if fn == TrainerFn.FITTING:
             strategy.setup_optimizers(trainer)
             trainer.fit_loop.setup_optimization()  # a wrong training_step signature fails before any hook

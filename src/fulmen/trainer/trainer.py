@@ -8,6 +8,7 @@ properties below read it. A stage runs through :class:`~fulmen.trainer.runner.St
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import os
@@ -20,7 +21,7 @@ import torch
 from fulmen.accelerators import Accelerator
 from fulmen.callbacks.callback import Callback
 from fulmen.core.datamodule import LightningDataModule
-from fulmen.core.module import LightningModule, unwrap_compiled
+from fulmen.core.module import LightningModule
 from fulmen.core.optimizers import LRSchedulerConfig
 from fulmen.loops.evaluation import EvaluationLoop, PredictionLoop
 from fulmen.loops.fit import FitLoop
@@ -32,7 +33,7 @@ from fulmen.runtime.state import RunningStage, TrainerFn, TrainerState, TrainerS
 from fulmen.strategies.factory import select_strategy
 from fulmen.strategies.strategy import Strategy
 from fulmen.trainer.config import ConfigField, TrainerConfig, parse_flags
-from fulmen.trainer.connectors import build_callbacks, build_loggers
+from fulmen.trainer.connectors import build_callbacks, build_loggers, prepare_model
 from fulmen.trainer.runner import StageRunner
 from fulmen.trainer.signals import SignalConnector
 from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
@@ -565,17 +566,7 @@ class Trainer:
                     f"`trainer.{fn.value}()` requires a `LightningModule`: pass it as the first argument (no "
                     "earlier fit() attached one)."
                 )
-        compile_options = self.config.compile
-        if compile_options is not False and isinstance(model, LightningModule) and model._compiled_from is None:
-            # Trainer(compile=...): as if the user had passed torch.compile(model, **options)
-            options = compile_options if isinstance(compile_options, dict) else {}
-            model = unwrap_compiled(torch.compile(model, **options))
-        model = unwrap_compiled(model)
-        if not isinstance(model, LightningModule):
-            raise TypeError(
-                f"`model` must be a `LightningModule`: trainer.{fn.value}() got `{type(model).__name__}`. Subclass "
-                "fulmen.LightningModule (or pass torch.compile(your_lightning_module))."
-            )
+        model = prepare_model(model, self.config.compile, fn.value)
         if datamodule is not None and not isinstance(datamodule, LightningDataModule):
             raise TypeError(f"datamodule must be a LightningDataModule, got {type(datamodule).__name__}.")
         self._context.datamodule = datamodule
@@ -594,6 +585,12 @@ class Trainer:
     def _run_here(self, *args: Any) -> Any:
         """The stage in this process (a spawning strategy calls this in each process it starts)."""
         return self._runner.run(*args)
+
+    def init_module(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager[Any]:
+        """Build the model inside: on the strategy's device, in the precision's dtype. ``empty_init=True``
+        skips initialisation (weights come from a checkpoint); under FSDP it means the meta device, the model
+        then materialised already sharded."""
+        return self.strategy.tensor_init_context(empty_init=empty_init)
 
 
 __all__ = ["Trainer"]

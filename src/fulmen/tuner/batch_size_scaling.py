@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fulmen.strategies.ddp import DDPStrategy
 from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.data import has_len, rebuild_dataloader
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
@@ -199,8 +198,7 @@ def scale_batch_size(
         limit = min(limit, per_process)
 
     outer = trainer.strategy
-    if type(outer) is DDPStrategy:
-        outer.setup_environment()  # the process group the processes agree through (ddp_spawn: not here)
+    outer.prepare_for_tuning()  # the process group the processes agree through (ddp_spawn: not here)
     previous_values = [(owner, name, _get(owner, name)) for owner, name in owners]
 
     with preserved(model, datamodule) as weights:

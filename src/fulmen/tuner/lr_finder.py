@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.callbacks.callback import Callback
-from fulmen.strategies.ddp import DDPStrategy
 from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_error, rank_zero_info, rank_zero_warn
@@ -210,8 +209,7 @@ def lr_find(
     finder = LRFinder(mode, min_lr, max_lr, num_training)
     loaders = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}
     outer = trainer.strategy
-    if type(outer) is DDPStrategy:
-        outer.setup_environment()  # the process group rank 0's record is shared through
+    outer.prepare_for_tuning()  # the process group rank 0's record is shared through
     with preserved(model, datamodule):
         trial = trial_trainer(trainer, num_training, limit_val_batches=0,
                               callbacks=[_RangeTest(finder, early_stop_threshold)])  # fmt: skip

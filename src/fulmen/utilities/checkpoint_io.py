@@ -101,7 +101,7 @@ def atomic_write(path: _PathLike, write: Callable[[io.BufferedWriter], object]) 
                 "under that name (if any) is intact; free disk space or fix permissions and save again.",
             ) from err
         raise
-    _fsync_directory(directory)
+    fsync_directory(directory)
 
 
 _UMASK_LOCK = threading.Lock()
@@ -115,7 +115,7 @@ def _umask() -> int:
     return mask
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     """Make the rename itself durable (POSIX); a no-op where directories cannot be opened."""
     try:
         fd = os.open(directory, os.O_RDONLY)

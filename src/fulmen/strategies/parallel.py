@@ -1,0 +1,371 @@
+"""Several processes on ``torch.distributed``: launch, ranks, the process group and the collectives.
+
+The processes come from a launcher (torchrun or SLURM's srun: their environment is read, see
+:mod:`fulmen.strategies.environment`), or, on one machine without a launcher, from fulmen itself: rank 0 runs
+the user's script again for the other local ranks. :class:`ParallelStrategy` owns all of that; how the model
+is replicated or sharded is its subclasses' part (DDP in :mod:`~fulmen.strategies.ddp`, FSDP and 2-D
+parallelism in :mod:`~fulmen.strategies.fsdp`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from fulmen.accelerators import Accelerator
+from fulmen.precision import Precision
+from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterLayout, detect
+from fulmen.strategies.strategy import Strategy
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_only
+from fulmen.utilities.seed import reset_seed
+
+
+def _script_command() -> list[str]:
+    """The command that started this process, to start it again for the other local ranks."""
+    import __main__
+
+    spec = getattr(__main__, "__spec__", None)
+    module = spec.name.removesuffix(".__main__") if spec is not None and spec.name else None
+    script = getattr(__main__, "__file__", None)
+    runner = (module or os.path.basename(sys.argv[0] if sys.argv else "")).split(".")[0]
+    if runner in _NOT_SCRIPTS or (module is None and (script is None or not os.path.isfile(script))):
+        raise MisconfigurationException(
+            "strategy='ddp' starts the other processes by running this script again, but this process was not "
+            "started from a script (an interactive session, a notebook or a test runner). Run a script, or "
+            "launch with torchrun: `torchrun --nproc_per_node=<devices> train.py`."
+        )
+    if module is not None and module != "__main__":  # python -m package.module
+        return [sys.executable, "-m", module, *sys.argv[1:]]
+    assert script is not None
+    return [sys.executable, os.path.abspath(script), *sys.argv[1:]]
+
+
+# entry points that are not the user's script: running them again would not reach the user's fit()
+_NOT_SCRIPTS = frozenset({"pytest", "py", "_pytest", "ipykernel_launcher", "ipykernel", "IPython", "ipython",
+                          "jupyter", "pydevconsole"})  # fmt: skip
+
+
+def launch_local_ranks(devices: int) -> list[subprocess.Popen[bytes]]:
+    """Lightning's script launcher: this process becomes local rank 0 and the script is started again for
+    ranks 1..devices-1, with the environment torchrun would have set (one node)."""
+    command = _script_command()
+    port = os.environ.get("MASTER_PORT") or str(_free_port())
+    common = {"MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"), "MASTER_PORT": port,
+              "WORLD_SIZE": str(devices), "LOCAL_WORLD_SIZE": str(devices), "GROUP_RANK": "0",
+              LAUNCHER_VARIABLE: "fulmen"}  # fmt: skip
+    children = []
+    for rank in range(1, devices):
+        env = {**os.environ, **common, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        children.append(subprocess.Popen(command, env=env))
+    os.environ.update({**common, "RANK": "0", "LOCAL_RANK": "0"})
+    atexit.register(_wait_for, children)  # the job ends when every rank has
+    return children
+
+
+def _wait_for(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        child.wait()
+    for line in _ended_children(children):
+        if line not in _REPORTED:
+            print(f"fulmen: {line}", file=sys.stderr, flush=True)
+
+
+_REPORTED: set[str] = set()  # children's ends already told in a rank's error message
+
+
+def _ended_children(children: list[subprocess.Popen[bytes]]) -> list[str]:
+    """What the local ranks this process started and that already failed died of."""
+    ended = []
+    for rank, child in enumerate(children, start=1):
+        code = child.poll()
+        if code is None or code == 0:
+            continue
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        ended.append(f"rank {rank} (pid {child.pid}) {how}")
+    return ended
+
+
+def _destroy_group() -> None:
+    """At exit: leave the process group, then let gloo's worker threads go idle before the interpreter ends.
+
+    A gloo worker releases a collective's tensors just after the caller's ``wait()`` has returned, and for a
+    tensor Python knows that release takes the GIL. Had the interpreter begun to shut down by then, the
+    thread was ended inside C++ and the process aborted ("terminate called without an active exception",
+    SIGABRT) after a run that had succeeded (seen under torchrun, torch 2.13). Destroying the group does not
+    join those threads (DDP's C++ side keeps the group alive), so this waits until each one sleeps.
+    """
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _wait_until_idle("pt_gloo_runloop")
+
+
+def _wait_until_idle(thread_name: str, timeout: float = 2.0, settle: int = 3) -> None:
+    """Sleep (the GIL free) until the threads called ``thread_name`` are asleep at ``settle`` looks in a row."""
+    tasks = f"/proc/{os.getpid()}/task"
+    if not os.path.isdir(tasks):  # not Linux: a pause long enough for a release already under way
+        time.sleep(0.05)
+        return
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while quiet < settle and time.monotonic() < deadline:
+        time.sleep(0.01)
+        quiet = quiet + 1 if all(state == "S" for state in _thread_states(tasks, thread_name)) else 0
+
+
+def _thread_states(tasks: str, thread_name: str) -> list[str]:
+    """The scheduler states (R running, S sleeping, ...) of this process's threads called ``thread_name``."""
+    states = []
+    for tid in os.listdir(tasks):
+        try:
+            with open(f"{tasks}/{tid}/comm") as comm:
+                if comm.read().strip() != thread_name:
+                    continue
+            with open(f"{tasks}/{tid}/stat") as stat:
+                states.append(stat.read().rpartition(")")[2].split()[0])
+        except (FileNotFoundError, ProcessLookupError, IndexError):  # the thread ended meanwhile
+            continue
+    return states
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ParallelStrategy(Strategy):
+    """One process per device, in a ``torch.distributed`` process group (gloo on CPUs, NCCL on GPUs).
+
+    ``process_group_backend`` defaults to NCCL on CUDA and gloo elsewhere; ``timeout`` is the group's.
+    """
+
+    strategy_name = "parallel"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        precision_plugin: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta = timedelta(minutes=30),
+    ) -> None:
+        super().__init__(accelerator=accelerator, precision_plugin=precision_plugin)
+        self.process_group_backend = process_group_backend
+        self.timeout = timeout
+        self.num_nodes = 1
+        self._devices = 1  # processes per node, from the Trainer's devices
+        self.parallel_devices: list[torch.device] = []  # this node's devices, one per local rank
+        self._launch = False  # this process starts the other local ranks when the run starts
+        self._cluster: ClusterLayout | None = None  # read from the launcher's environment
+        self._children: list[subprocess.Popen[bytes]] = []
+
+    # -- ranks (from the launcher's environment) ---------------------------------------------------------
+    @property
+    def cluster_environment(self) -> ClusterLayout | None:
+        """Where the ranks come from (``None`` until a launcher's environment was read)."""
+        return self._cluster
+
+    @property
+    def world_size(self) -> int:
+        cluster = self._cluster
+        return cluster.world_size if cluster is not None else self._devices * self.num_nodes
+
+    @property
+    def global_rank(self) -> int:
+        cluster = self._cluster
+        return cluster.global_rank if cluster is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        cluster = self._cluster
+        return cluster.local_rank if cluster is not None else 0
+
+    @property
+    def node_rank(self) -> int:
+        cluster = self._cluster
+        return cluster.node_rank if cluster is not None else 0
+
+    # -- set-up -------------------------------------------------------------------------------------------
+    def check_launch(
+        self, parallel_devices: list[torch.device], num_nodes: int, cluster: ClusterLayout | None
+    ) -> None:
+        """Plan the processes, one per device of ``parallel_devices`` on each node: those a launcher started
+        (checked against devices x ``num_nodes``), or, without a launcher, processes on this machine that fulmen
+        starts itself."""
+        self.parallel_devices = list(parallel_devices)
+        devices = len(parallel_devices)
+        self._devices, self.num_nodes = devices, num_nodes
+        self._cluster = cluster
+        if cluster is None:
+            if num_nodes > 1:
+                raise MisconfigurationException(
+                    f"num_nodes={num_nodes}: start the processes on every machine with a launcher, e.g. "
+                    f"`torchrun --nnodes={num_nodes} --node_rank=<this machine> --nproc_per_node={devices} "
+                    "--master_addr=<first machine> train.py`, or `srun` in a SLURM job with "
+                    f"--nodes={num_nodes} --ntasks-per-node={devices} (fulmen starts processes itself on one "
+                    "machine only)."
+                )
+            self._launch = True
+            return
+        if cluster.local_world_size != devices or devices * num_nodes != cluster.world_size:
+            how = (
+                f"#SBATCH --nodes={num_nodes} --ntasks-per-node={devices}"
+                if cluster.launcher == "slurm"
+                else f"torchrun --nnodes={num_nodes} --nproc_per_node={devices}"
+            )
+            raise MisconfigurationException(
+                f"Trainer(devices={devices}, num_nodes={num_nodes}) asks for {devices * num_nodes} processes, but "
+                f"{cluster.launcher} started {cluster.world_size} with {cluster.local_world_size} per node. Make "
+                f"them agree: launch with `{how}`, or set devices={cluster.local_world_size}, "
+                f"num_nodes={cluster.num_nodes}."
+            )
+
+    def _detect(self) -> ClusterLayout | None:
+        plugin = self.cluster_plugin
+        return detect() if plugin is None else plugin.layout()
+
+    def setup_environment(self) -> None:
+        if self._launch and self._detect() is None:
+            self._children = launch_local_ranks(self._devices)
+        cluster = self._cluster = self._detect()
+        if cluster is None:
+            raise MisconfigurationException(
+                f"strategy={self.strategy_name!r} found no launcher environment (RANK, WORLD_SIZE, ... or SLURM_PROCID, ...) when "
+                "the run started. Launch with torchrun or srun, or let fulmen start the processes (devices>1)."
+            )
+        # init_process_group's env:// rendezvous reads these; SLURM does not set them
+        os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
+        if cluster.master_port is not None:
+            os.environ.setdefault("MASTER_PORT", str(cluster.master_port))
+        accelerator_name = getattr(self.accelerator, "name", "cpu")
+        if accelerator_name == "cuda":
+            # local rank i trains on the i-th device the Trainer was given (devices=[2, 3]: cuda:2 and cuda:3)
+            listed = self.parallel_devices
+            local = self.local_rank
+            self._root_device = listed[local] if local < len(listed) else torch.device("cuda", local)
+            torch.cuda.set_device(self._root_device)
+        else:
+            self._root_device = torch.device("cpu")
+        backend = self.process_group_backend or ("nccl" if accelerator_name == "cuda" else "gloo")
+        if not dist.is_initialized():
+            dist.init_process_group(
+                backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
+                store=self._elastic_store(),
+            )  # fmt: skip
+            # torch asks for the group to be destroyed before the process ends: left to interpreter shutdown,
+            # its threads were once torn down in an order that aborted the process (SIGABRT) after a clean run
+            atexit.register(_destroy_group)
+        rank_zero_only.rank = self.global_rank  # type: ignore[attr-defined]
+        # every process starts the run from seed_everything's seed, whatever it drew since (building the
+        # model...), as Lightning's DDP does: seeded runs then match Lightning's, started processes included
+        reset_seed()
+        super().setup_environment()
+
+    def _elastic_store(self) -> dist.Store | None:
+        """Under torchrun's agent, the rendezvous store of this attempt, keyed by the restart count.
+
+        torchrun keeps one store for the whole job; after an elastic restart the default rendezvous found the
+        previous attempt's addresses there and the new processes could not connect (torch 2.13, gloo). A
+        prefix per attempt keeps each attempt's keys apart. ``None``: the default env:// rendezvous.
+        """
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "MASTER_PORT" not in os.environ:
+            return None
+        client = dist.TCPStore(
+            os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"]), self.world_size,
+            is_master=False, timeout=self.timeout,
+        )  # fmt: skip
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        return dist.PrefixStore(f"fulmen/attempt_{attempt}", client)
+
+    @property
+    def is_distributed(self) -> bool:
+        return True
+
+    def prepare_for_tuning(self) -> None:
+        """The process group, for a tuner run before fit: the processes agree on its results through it."""
+        self.setup_environment()
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Say which rank failed, and end this process's part of the group at once: the other ranks' next
+        collective then fails within moments instead of waiting out the process-group timeout."""
+        where = f"rank {self.global_rank} of {self.world_size} (node {self.node_rank}, local rank {self.local_rank})"
+        dead = _ended_children(self._children)
+        _REPORTED.update(dead)
+        if dead:
+            cause = "; ".join(dead)
+            hint = f"{cause}; this rank's error follows from that."
+        elif "find_unused_parameters=True" in str(exception):  # torch's advice, in fulmen's words
+            hint = (
+                "some parameters got no gradient in a backward (e.g. frozen by toggle_model): use "
+                "strategy='ddp_find_unused_parameters_true' or DDPStrategy(find_unused_parameters=True)."
+            )
+        elif isinstance(exception, dist.DistBackendError) or "Connection closed by peer" in str(exception):
+            hint = "another rank of this job probably ended first: look for its error (or the launcher's report)."
+        else:
+            hint = ""
+        print(f"fulmen: {where} failed with {type(exception).__name__}: {exception}" + (f"\n  {hint}" if hint else ""),
+              file=sys.stderr, flush=True)  # fmt: skip
+        if hasattr(exception, "add_note"):  # Python >= 3.11
+            exception.add_note(f"(raised on {where}{'; ' + hint if hint else ''})")
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # -- collectives ------------------------------------------------------------------------------------
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: str | None = "mean") -> Any:
+        if not isinstance(tensor, Tensor) or not dist.is_initialized():
+            return tensor
+        op = (reduce_op or "mean").lower()
+        if op not in ("mean", "avg", "sum", "max", "min"):
+            raise ValueError(f"reduce_op={reduce_op!r}: use 'mean', 'sum', 'max' or 'min'.")
+        result = tensor.detach().clone().float() if op in ("mean", "avg") else tensor.detach().clone()
+        torch_op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(op, dist.ReduceOp.SUM)
+        dist.all_reduce(result, op=torch_op, group=group)
+        if op in ("mean", "avg"):
+            result = (result / dist.get_world_size(group)).to(tensor.dtype)
+        return result
+
+    def sync_metric(self, tensor: Tensor, reduce_op: str) -> Tensor:
+        return self.reduce(tensor, reduce_op=reduce_op)  # type: ignore[no-any-return]
+
+    def barrier(self, name: str | None = None) -> None:
+        if dist.is_initialized():
+            dist.barrier()
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if not dist.is_initialized():
+            return obj
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=src)
+        return holder[0]
+
+    def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor:
+        if not dist.is_initialized():
+            return tensor
+        world = dist.get_world_size(group)
+        if sync_grads:
+            import torch.distributed.nn.functional as dist_fn
+
+            return torch.stack(dist_fn.all_gather(tensor.contiguous(), group=group or dist.group.WORLD))
+        gathered = [torch.empty_like(tensor) for _ in range(world)]
+        dist.all_gather(gathered, tensor.contiguous(), group=group)
+        return torch.stack(gathered)
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        if not dist.is_initialized():
+            return decision
+        votes = torch.tensor(int(bool(decision)), device=self._root_device)
+        dist.all_reduce(votes, op=dist.ReduceOp.SUM)
+        count = int(votes.item())
+        return count == self.world_size if all else count > 0

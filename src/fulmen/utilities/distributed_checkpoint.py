@@ -1,0 +1,241 @@
+"""Sharded checkpoints: a directory written by ``torch.distributed.checkpoint`` (DCP), made atomic.
+
+A sharded checkpoint keeps the name a file checkpoint would have (``epoch=3-step=120.ckpt``), as a directory::
+
+    epoch=3-step=120.ckpt/
+        __0_0.distcp, __1_0.distcp, ...   each rank's shards of {"model": ..., "optimizer_0": ..., ...}
+        .metadata                         DCP's index of every shard, written last (by the coordinating rank)
+        meta.pt                           everything else: loops, callbacks, hyperparameters (rank 0, torch.save)
+
+Atomic: the ranks write into a hidden sibling ``.NAME.partial``; once DCP has finished (its own collective:
+``.metadata`` is written after every rank's shards) rank 0 adds ``meta.pt`` and renames the directory into
+place. A directory under a checkpoint's name is therefore always complete, and a SIGKILL during the save leaves
+the previous checkpoint untouched. Replacing a directory takes two renames (the old one aside to
+``.NAME.replaced``, the new one in); a kill between them is repaired by :func:`recover` the next time the name
+is read or written.
+
+Reading never runs code: the non-tensor entries (optimizer parameter groups ...) are unpickled with
+``weights_only=True``, as file checkpoints are (:mod:`fulmen.utilities.checkpoint_io`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fulmen.utilities import checkpoint_io
+
+META_FILE = "meta.pt"
+DCP_METADATA = ".metadata"
+MODEL_KEY = "model"
+_PARTIAL, _REPLACED = ".partial", ".replaced"
+
+
+def optimizer_key(index: int) -> str:
+    return f"optimizer_{index}"
+
+
+def is_sharded_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a sharded checkpoint directory (complete: DCP's index is there)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, DCP_METADATA))
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(f".{path.name}{suffix}")
+
+
+def recover(path: str | os.PathLike[str]) -> None:
+    """Undo a replacement that a kill cut between its two renames: the previous checkpoint comes back under
+    its name. Any rank may call it before a name is read or written."""
+    final = Path(path)
+    replaced = _sibling(final, _REPLACED)
+    if not final.exists() and is_sharded_checkpoint(replaced):
+        with contextlib.suppress(FileNotFoundError):  # another rank repaired it first
+            os.rename(replaced, final)
+
+
+def recover_all(directory: str | os.PathLike[str]) -> None:
+    """:func:`recover` every checkpoint of ``directory`` that a kill left aside (before listing it)."""
+    if not os.path.isdir(directory):
+        return
+    for name in os.listdir(directory):
+        if name.startswith(".") and name.endswith(_REPLACED):
+            recover(Path(directory) / name[1 : -len(_REPLACED)])
+
+
+def save_sharded(
+    state: dict[str, Any], meta: dict[str, Any] | None, path: str | os.PathLike[str], is_coordinator: bool,
+    barrier: Callable[[], None],
+) -> None:  # fmt: skip
+    """Write ``state`` (DTensors and tensors: every rank its shards) and ``meta`` (rank 0's plain data) as the
+    sharded checkpoint ``path``; every rank calls this. See the module docstring for why it is atomic."""
+    import torch.distributed.checkpoint as dcp
+
+    final = Path(path)
+    partial = _sibling(final, _PARTIAL)
+    if is_coordinator:
+        recover(final)
+        if partial.exists():  # left by a run killed while saving
+            shutil.rmtree(partial)
+        final.parent.mkdir(parents=True, exist_ok=True)
+    barrier()
+    dcp.save(state, checkpoint_id=partial)  # collective: returns on every rank once .metadata is written
+    if is_coordinator:
+        checkpoint_io.save(meta or {}, partial / META_FILE)
+        replaced = _sibling(final, _REPLACED)
+        if replaced.exists():
+            shutil.rmtree(replaced)
+        if final.is_dir():
+            os.rename(final, replaced)
+        elif final.exists():  # a file checkpoint of the same name (an earlier state_dict_type="full" run)
+            os.replace(final, replaced)
+        os.rename(partial, final)
+        checkpoint_io.fsync_directory(final.parent)
+        if replaced.is_dir():
+            shutil.rmtree(replaced)
+        elif replaced.exists():
+            os.remove(replaced)
+    barrier()
+
+
+def remove(path: str | os.PathLike[str]) -> None:
+    """Delete a checkpoint, directory or file (a missing one is not an error)."""
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    meta_path = Path(path) / META_FILE
+    if not meta_path.is_file():
+        raise checkpoint_io.CorruptCheckpointError(
+            f"{os.fspath(path)!r} is a torch.distributed.checkpoint directory without fulmen's {META_FILE}: it "
+            "holds tensors but not the training state. Load its tensors with torch.distributed.checkpoint."
+        )
+    return checkpoint_io.load(meta_path, map_location="cpu")
+
+
+def _safe_planner(flatten: bool = True) -> Any:
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+
+    class SafeLoadPlanner(DefaultLoadPlanner):
+        """DCP's planner, except that non-tensor entries are unpickled with ``weights_only=True``."""
+
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            plain = torch.load(value, weights_only=True)  # refuses anything but tensors, containers, primitives
+            buffer = io.BytesIO()
+            torch.save(plain, buffer)  # DCP's own setter unpickles it again: now it only holds plain data
+            buffer.seek(0)
+            super().load_bytes(read_item, buffer)
+
+    return SafeLoadPlanner(flatten_state_dict=flatten)
+
+
+def load_sharded(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Fill ``state`` (this rank's DTensors and tensors, any number of ranks) in place from ``path``: DCP
+    reads each rank's share whatever the number of ranks that wrote it (resharding)."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.load(state, checkpoint_id=os.fspath(path), planner=_safe_planner())
+
+
+def read_full(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every tensor of a sharded checkpoint, whole, in this process (no process group): the nested dict that
+    was saved, e.g. ``{"model": {...}, "optimizer_0": {...}}``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = dcp.FileSystemReader(os.fspath(path))
+    metadata = reader.read_metadata()
+    flat: dict[str, Any] = {}
+    for key, item in metadata.state_dict_metadata.items():
+        if isinstance(item, TensorStorageMetadata):
+            flat[key] = torch.empty(item.size, dtype=item.properties.dtype)
+        else:
+            flat[key] = None  # a pickled entry: the planner reads it
+    dcp.load(flat, storage_reader=reader, planner=_safe_planner(flatten=False), no_dist=True)
+    paths = metadata.planner_data if isinstance(metadata.planner_data, dict) else {}
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        _set_path(nested, tuple(paths.get(key, (key,))), value)
+    return nested
+
+
+def _set_path(root: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
+    """``root[path[0]][path[1]]... = value``, making dicts (for str keys) and lists (for int keys) on the way."""
+    node: Any = root
+    for key, following in itertools.pairwise(path):
+        empty: Any = [] if isinstance(following, int) else {}
+        if isinstance(node, list):
+            while len(node) <= key:
+                node.append(None)
+            if node[key] is None:
+                node[key] = empty
+        else:
+            node.setdefault(key, empty)
+        node = node[key]
+    last = path[-1]
+    if isinstance(node, list):
+        while len(node) <= last:
+            node.append(None)
+    node[last] = value
+
+
+# -- optimizer states: by parameter name (torch.distributed) <-> by position (torch.optim, file checkpoints) --
+def optimizer_state_by_position(named: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer state keyed by parameter names (what torch.distributed's ``get_optimizer_state_dict``
+    gives) as ``torch.optim.Optimizer.state_dict()`` keys it: parameters numbered in the order the parameter
+    groups list them. The file is then the one a single process writes, and loads anywhere."""
+    position: dict[str, int] = {}
+    groups = []
+    for group in named.get("param_groups", []):
+        ids = []
+        for name in group["params"]:
+            ids.append(position.setdefault(name, len(position)))
+        groups.append({**group, "params": ids})
+    state = {position[name]: value for name, value in named.get("state", {}).items() if name in position}
+    return {"state": state, "param_groups": groups}
+
+
+def optimizer_state_by_name(positional: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The inverse: ``names[i]`` is the name of the optimizer's i-th parameter (in its groups' order)."""
+    groups = []
+    for group in positional.get("param_groups", []):
+        groups.append({**group, "params": [names[i] for i in group["params"]]})
+    state = {names[int(i)]: value for i, value in positional.get("state", {}).items()}
+    return {"state": state, "param_groups": groups}
+
+
+def consolidate(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> dict[str, Any]:
+    """Turn the sharded checkpoint ``path`` into one ordinary checkpoint file ``output`` (written atomically),
+    loadable on one process by ``load_from_checkpoint``, ``Trainer.fit(ckpt_path=...)`` and Lightning.
+    Returns the checkpoint written."""
+    checkpoint = load_consolidated(path)
+    checkpoint_io.save(checkpoint, output)
+    return checkpoint
+
+
+def load_consolidated(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The sharded checkpoint ``path`` as the dict a file checkpoint holds (whole tensors, optimizer states
+    keyed by position), read in this process alone."""
+    if not is_sharded_checkpoint(path):
+        raise FileNotFoundError(
+            f"{os.fspath(path)!r} is not a sharded checkpoint (a directory with torch.distributed.checkpoint's "
+            f"{DCP_METADATA}). A file checkpoint needs no consolidation."
+        )
+    checkpoint = dict(read_meta(path))
+    tensors = read_full(path)
+    checkpoint["state_dict"] = tensors.get(MODEL_KEY, {})
+    count = int(checkpoint.pop("sharded_optimizers", 0))
+    if count:
+        checkpoint["optimizer_states"] = [optimizer_state_by_position(tensors[optimizer_key(i)]) for i in range(count)]
+    return checkpoint
