@@ -746,6 +746,15 @@ class LightningCLI:
 def main(argv: list[str] | None = None) -> None:
     """The ``fulmen`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["consolidate"]:
+        if len(argv) != 3:
+            raise SystemExit("usage: fulmen consolidate SHARDED_CHECKPOINT_DIR OUTPUT.ckpt")
+        from fulmen.utilities.distributed_checkpoint import consolidate
+
+        checkpoint = consolidate(argv[1], argv[2])
+        print(f"Wrote {argv[2]}: {len(checkpoint.get('state_dict', {}))} tensors of the model, "
+              f"{len(checkpoint.get('optimizer_states', []))} optimizer state(s), from {argv[1]}.")  # fmt: skip
+        return
     if argv[:1] == ["plot"]:
         if len(argv) != 2:
             raise SystemExit("usage: fulmen plot LOGDIR")

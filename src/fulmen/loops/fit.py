@@ -209,10 +209,13 @@ class FitLoop:
         else:
             rank_zero_info(f"`Trainer.fit` stopped: {reason}.")
 
-    def make_iterator(self, skip: int = 0, epoch_rng: dict[str, Any] | None = None) -> PrefetchIterator:
+    def make_iterator(
+        self, skip: int = 0, epoch_rng: dict[str, Any] | None = None, loader: Any = None
+    ) -> PrefetchIterator:
         """The epoch's batches. The RNG state just before the loader's iterator draws its shuffle seed is kept
-        so that a resumed run can redraw the same order (``epoch_rng``) and skip the batches already done."""
-        loader = self._train_dataloader
+        so that a resumed run can redraw the same order (``epoch_rng``) and skip the batches already done.
+        ``loader``: one for this epoch only (a resumed epoch shared out over another number of processes)."""
+        loader = self._train_dataloader if loader is None else loader
         if epoch_rng is None:
             epoch_rng = {"rng": capture_rng(), "generators": capture_generator_states(loader)}
         else:

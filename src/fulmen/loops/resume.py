@@ -7,14 +7,26 @@ of the epoch, gradients of an open accumulation window and the metrics a plateau
 A resumed run first finishes the epoch the checkpoint was written in, exactly as the interrupted run would
 have: RNG restored, the epoch's order redrawn from the epoch-start RNG, batches already trained skipped
 without loading them.
+
+The data position is also kept as a count of samples of the epoch's *global* order (the order a
+DistributedSampler shares out: sample ``j`` of rank ``r`` is global position ``j * replicas + r``). A run on a
+different number of processes redraws that global order and shares out what is left of it, so each remaining
+sample is trained once, in the same order, provided the global batch (per-process batch x processes) is
+unchanged (see :func:`_resharded_epoch_loader`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import DistributedSampler, Sampler
 
 from fulmen.runtime.rng import capture_rng, restore_rng
 from fulmen.runtime.state import FitProgress, LoopPhase
+from fulmen.utilities.data import rebuild_dataloader
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.loops.fit import FitLoop
@@ -41,6 +53,13 @@ def resume_state(fit: FitLoop) -> dict[str, Any]:
             grads = [p.grad.detach().clone() if p.grad is not None else None for p in module.parameters()]
             if all(g is None for g in grads):
                 grads = None
+            elif any(type(g).__name__ == "DTensor" for g in grads if g is not None):
+                # sharded gradients are each rank's own: rank 0's file cannot hold them
+                rank_zero_warn(
+                    "A checkpoint written inside an open gradient-accumulation window under a sharded strategy "
+                    "does not keep that window's partial gradients: a run resumed from it restarts the window."
+                )
+                grads = None
     metrics = {k: v.detach().cpu().clone() if hasattr(v, "detach") else v
                for k, v in context.metrics.current_callback_metrics().items()}  # fmt: skip
     epoch_loop = fit.epoch_loop
@@ -52,8 +71,22 @@ def resume_state(fit: FitLoop) -> dict[str, Any]:
         "should_stop": context.stop.should_stop, "epoch_start_step": progress.epoch_start_step,
         "scheduler_steps": [progress.scheduler_steps.total, progress.scheduler_steps.epoch], "window": window,
         "rng": capture_rng(), "epoch_start_rng": fit.epoch_start_rng if phase in _MID_EPOCH else None,
-        "grads": grads, "callback_metrics": metrics,
+        "grads": grads, "callback_metrics": metrics, "data": data_layout(fit.train_dataloader),
     }  # fmt: skip
+
+
+def data_layout(loader: Any) -> dict[str, Any] | None:
+    """How the training data is shared out: enough to redraw the epoch's global order on any number of
+    processes (``None``: a loader whose order fulmen cannot redraw, e.g. an iterable dataset)."""
+    batch_size = getattr(loader, "batch_size", None)
+    sampler = getattr(loader, "sampler", None)
+    if not batch_size or getattr(loader, "batch_sampler", None) is None:
+        return None
+    if isinstance(sampler, DistributedSampler):
+        return {"replicas": sampler.num_replicas, "batch_size": batch_size, "distributed": True,
+                "shuffle": sampler.shuffle, "seed": sampler.seed, "drop_last": sampler.drop_last,
+                "samples": len(sampler.dataset)}  # type: ignore[arg-type]  # fmt: skip
+    return {"replicas": 1, "batch_size": batch_size, "distributed": False}
 
 
 def _counts(
@@ -189,7 +222,8 @@ def finish_interrupted_epoch(fit: FitLoop, state: dict[str, Any]) -> None:
         batch_idx = int(state["batch_idx"])
         fit.on_advance_start(fresh=False)
         fit.context.progress.batch_idx = batch_idx
-        batches = fit.make_iterator(skip=batch_idx, epoch_rng=state.get("epoch_start_rng"))
+        loader = _resharded_epoch_loader(fit, state.get("data"), int(state["epoch"]), batch_idx)
+        batches = fit.make_iterator(skip=batch_idx, epoch_rng=state.get("epoch_start_rng"), loader=loader)
         _restore_point(fit, state)
         epoch_loop = fit.epoch_loop
         epoch_loop.reset_epoch()
@@ -203,3 +237,86 @@ def finish_interrupted_epoch(fit: FitLoop, state: dict[str, Any]) -> None:
         fit.on_advance_end(hooks=False)
     else:
         _restore_point(fit, state)
+
+
+# -- resuming an epoch on another number of processes --------------------------------------------------------
+class _PositionedSampler(Sampler[int]):
+    """``skipped`` placeholder indices (never loaded: the fetcher drops those batches in the batch sampler),
+    then this process's share of the rest of the epoch."""
+
+    def __init__(self, skipped: int, indices: list[int]) -> None:
+        self.skipped, self.indices = skipped, indices
+
+    def __iter__(self) -> Iterator[int]:
+        first = self.indices[0] if self.indices else 0
+        yield from [first] * self.skipped
+        yield from self.indices
+
+    def __len__(self) -> int:
+        return self.skipped + len(self.indices)
+
+
+def _global_order(saved: dict[str, Any], dataset: Any, epoch: int) -> list[int]:
+    """The interrupted run's global order for ``epoch``: its DistributedSampler shares, interleaved."""
+    replicas = int(saved["replicas"])
+    shares = []
+    for rank in range(replicas):
+        sampler: DistributedSampler[Any] = DistributedSampler(
+            dataset, num_replicas=replicas, rank=rank, shuffle=bool(saved["shuffle"]), seed=int(saved["seed"]),
+            drop_last=bool(saved["drop_last"]),
+        )  # fmt: skip
+        sampler.set_epoch(epoch)
+        shares.append(list(sampler))
+    return [index for position in zip(*shares) for index in position]
+
+
+def _resharded_epoch_loader(fit: FitLoop, saved: dict[str, Any] | None, epoch: int, batch_idx: int) -> Any:
+    """``None`` when the checkpoint was written with this run's data layout (the batches are skipped as
+    usual); otherwise a loader for the rest of the interrupted epoch on this run's processes."""
+    loader = fit.train_dataloader
+    current = data_layout(loader)
+    if saved is None or current is None or batch_idx == 0:
+        return None
+    same = saved["replicas"] == current["replicas"] and saved["distributed"] == current["distributed"]
+    if same:
+        return None
+    old, new = int(saved["replicas"]), int(current["replicas"])
+    where = f"The checkpoint was written {batch_idx} batches into epoch {epoch} by {old} process(es)"
+    if not saved["distributed"]:
+        raise MisconfigurationException(
+            f"{where}, whose order came from its DataLoader's own sampler; {new} processes cannot redraw it. "
+            "Resume that run on one process, or from a checkpoint at an epoch end. (A run that may move to "
+            "another number of processes can start with strategy='ddp' or 'fsdp' even on one device: its order "
+            "is then a DistributedSampler's, which any number of processes can redraw.)"
+        )
+    global_batch, new_global = int(saved["batch_size"]) * old, int(current["batch_size"]) * new
+    if global_batch != new_global:
+        fits = global_batch % new == 0
+        advice = (f"set the DataLoader's batch_size={global_batch // new} per process" if fits else
+                  f"use a number of processes that divides {global_batch}")  # fmt: skip
+        raise MisconfigurationException(
+            f"{where} with a global batch of {global_batch} samples ({saved['batch_size']} per process); this run "
+            f"has {new} processes x batch_size={current['batch_size']} = {new_global}. Resuming mid-epoch on "
+            f"another number of processes keeps the global batch, so that each remaining step trains the samples "
+            f"it would have: {advice}, or resume from a checkpoint at an epoch end."
+        )
+    dataset = loader.dataset
+    if len(dataset) != int(saved["samples"]):
+        raise MisconfigurationException(
+            f"{where} on a dataset of {saved['samples']} samples; this run's has {len(dataset)}."
+        )
+    remaining = _global_order(saved, dataset, epoch)[batch_idx * global_batch :]
+    if len(remaining) % new:
+        raise MisconfigurationException(
+            f"{where}: the {len(remaining)} samples left of the epoch do not share out evenly over {new} "
+            f"processes (each would need an equal number to keep the processes in step). Resume on a number of "
+            "processes that divides it, or from a checkpoint at an epoch end."
+        )
+    rank = int(getattr(loader.sampler, "rank", 0))
+    mine = remaining[rank::new]
+    sampler = _PositionedSampler(batch_idx * int(current["batch_size"]), mine)
+    rank_zero_info(
+        f"Resuming epoch {epoch} on {new} process(es) (written by {old}): {len(remaining)} samples of its global "
+        "order left, shared out in the same order."
+    )
+    return rebuild_dataloader(loader, sampler=sampler)

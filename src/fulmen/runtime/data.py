@@ -176,7 +176,9 @@ class DataSource:
         loader keeps its shuffling, and the loops call ``set_epoch``). Opt out with
         ``Trainer(use_distributed_sampler=False)``."""
         strategy = self.context.strategy
-        if strategy.world_size <= 1 or not self.context.config.use_distributed_sampler:
+        # DDP / FSDP on one process too, as Lightning: their order is then a DistributedSampler's, which a run on
+        # another number of processes can redraw (resuming mid-epoch, see loops/resume.py)
+        if not strategy.is_distributed or not self.context.config.use_distributed_sampler:
             return loader
         from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,14 @@ class _ShardedRoot(nn.Module):
 
     def forward(self, step: str, *args: Any, **kwargs: Any) -> Any:
         return self._strategy[0].call_step(step, *args, **kwargs)
+
+    def attach(self, strategy: ShardedStrategy) -> None:
+        """Run the steps of ``strategy`` (a later stage, or another Trainer, on the same sharded module)."""
+        self._strategy[0] = strategy
+
+
+# each module's sharded root: FSDP2 shards a module in place and only once, so later stages reuse it
+_ROOTS: weakref.WeakKeyDictionary[nn.Module, _ShardedRoot] = weakref.WeakKeyDictionary()
 
 
 def _fully_shard_api() -> Any:
@@ -153,8 +162,11 @@ class ShardedStrategy(ParallelStrategy):
     def setup(self, trainer: Any = None) -> None:
         module = self._lightning_module
         assert module is not None
-        if isinstance(self._model, _ShardedRoot) and self._model.module is module:
-            return  # already sharded by an earlier stage of this trainer
+        root = _ROOTS.get(module)
+        if root is not None:  # sharded by an earlier stage (FSDP2 changes the module in place, once)
+            root.attach(self)
+            self._model = root
+            return
         self.precision_plugin.convert_module(module)  # '-true' precisions: the dtype the shards keep
         if not _on_meta(module):
             if self.kwargs.get("sync_module_states"):
@@ -163,10 +175,13 @@ class ShardedStrategy(ParallelStrategy):
                 module.to(self._root_device)
         self._apply_activation_checkpointing(module)
         self._shard_units(module)
+        if not module.automatic_optimization:
+            _shard_children(module, self._fully_shard)
         root = _ShardedRoot(module, self)
         self._fully_shard(root)
         if _on_meta(root):
             _materialise(root, self._root_device if not self.cpu_offload else torch.device("cpu"))
+        _ROOTS[module] = root
         self._model = root
         self._adapt_scaler()
 
@@ -240,11 +255,11 @@ class ShardedStrategy(ParallelStrategy):
             if isinstance(given, fsdp.MixedPrecisionPolicy):
                 return given
             return _from_fsdp1_mixed_precision(given, fsdp)
-        name = self.precision_plugin.precision
-        if name == "bf16-mixed":
-            return fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        if name == "16-mixed":
-            return fsdp.MixedPrecisionPolicy(param_dtype=torch.float16, reduce_dtype=torch.float32)
+        if self.precision_plugin.precision in ("bf16-mixed", "16-mixed"):
+            # float32 shards gathered whole, autocast computing in half precision (the numbers of one process
+            # under the same flag), gradients reduced in float32. Gathering in half precision halves that
+            # traffic and memory: mixed_precision=MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+            return fsdp.MixedPrecisionPolicy(reduce_dtype=torch.float32)
         return None
 
     def _adapt_scaler(self) -> None:
@@ -265,10 +280,6 @@ class ShardedStrategy(ParallelStrategy):
         with torch.no_grad():
             for tensor in [*module.parameters(), *module.buffers()]:
                 dist.broadcast(tensor.data, src=0)
-
-    def teardown(self) -> None:
-        # the module stays sharded (FSDP2 changes it in place); a later stage of this trainer reuses the root
-        super().teardown()
 
     # -- steps -------------------------------------------------------------------------------------------
     def call_step(self, step: str, *args: Any, **kwargs: Any) -> Any:
@@ -413,8 +424,10 @@ class FSDPStrategy(ShardedStrategy):
             recomputed in backward instead of kept. ``activation_checkpointing``: the older list of classes.
         cpu_offload: ``True`` (or torch's ``CPUOffload(offload_params=True)``) keeps the shards in CPU memory.
         mixed_precision: FSDP2's ``MixedPrecisionPolicy`` (or torch's older ``MixedPrecision``, mapped).
-            Without one, ``precision="bf16-mixed"`` gathers parameters in bfloat16 and reduces gradients in
-            float32 (``"16-mixed"``: float16 and a sharded gradient scaler), autocast still on.
+            Without one, ``precision="bf16-mixed"`` / ``"16-mixed"`` keep float32 shards, compute under
+            autocast (the numbers of one process under that flag) and reduce gradients in float32 (16-mixed
+            with a sharded gradient scaler); pass ``MixedPrecisionPolicy(param_dtype=torch.bfloat16)`` to
+            gather the parameters in bfloat16 instead.
         sharding_strategy: ``"FULL_SHARD"`` (parameters freed after forward), ``"SHARD_GRAD_OP"`` (kept until
             backward), ``"NO_SHARD"`` (replicated, as DDP), ``"HYBRID_SHARD"`` (sharded within a node,
             replicated across nodes: a 2-D mesh); torch's ``ShardingStrategy`` enum values work too.
@@ -622,6 +635,28 @@ def _post_order(module: nn.Module) -> Iterator[nn.Module]:
     for child in module.children():
         yield from _post_order(child)
     yield module
+
+
+def _shard_children(module: nn.Module, fully_shard: Callable[[nn.Module], None]) -> None:
+    """Manual optimization: every child module holding unsharded parameters becomes its own FSDP unit.
+
+    ``manual_backward`` runs inside ``training_step``, i.e. inside the root's forward, before the root has
+    set up its backward hooks: gradients of parameters the root itself manages would never be reduced. A
+    unit's hooks surround each call of that unit, so its backward is handled wherever it runs.
+    """
+    from torch.distributed.tensor import DTensor
+
+    for child in module.children():
+        if any(not isinstance(p, DTensor) for p in child.parameters()):
+            fully_shard(child)
+    direct = [name for name, p in module.named_parameters(recurse=False) if not isinstance(p, DTensor)]
+    if direct:
+        raise MisconfigurationException(
+            f"Manual optimization under {type(module).__name__}'s sharded strategy: the parameters {direct} belong "
+            "to the LightningModule itself, and their gradients, computed by manual_backward inside "
+            "training_step, would not be reduced across processes. Move them into a submodule (e.g. an "
+            "nn.ParameterDict or a small nn.Module)."
+        )
 
 
 def _on_meta(module: nn.Module) -> bool:

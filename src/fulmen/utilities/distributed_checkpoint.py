@@ -25,6 +25,7 @@ import io
 import itertools
 import os
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,8 @@ def _safe_planner(flatten: bool = True) -> Any:
             buffer.seek(0)
             super().load_bytes(read_item, buffer)
 
-    return SafeLoadPlanner(flatten_state_dict=flatten)
+    # without flattening the planner must not copy the dict either: pickled entries are set into the dict it holds
+    return SafeLoadPlanner(flatten_state_dict=flatten, flatten_sharded_tensors=flatten)
 
 
 def load_sharded(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
@@ -162,7 +164,9 @@ def read_full(path: str | os.PathLike[str]) -> dict[str, Any]:
             flat[key] = torch.empty(item.size, dtype=item.properties.dtype)
         else:
             flat[key] = None  # a pickled entry: the planner reads it
-    dcp.load(flat, storage_reader=reader, planner=_safe_planner(flatten=False), no_dist=True)
+    with warnings.catch_warnings():  # DCP says it assumes a single process: that is the point here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(flat, storage_reader=reader, planner=_safe_planner(flatten=False), no_dist=True)
     paths = metadata.planner_data if isinstance(metadata.planner_data, dict) else {}
     nested: dict[str, Any] = {}
     for key, value in flat.items():
