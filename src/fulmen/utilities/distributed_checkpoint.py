@@ -24,9 +24,10 @@ import contextlib
 import io
 import itertools
 import os
+import pickle
 import shutil
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,27 @@ def load_sharded(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
     reads each rank's share whatever the number of ranks that wrote it (resharding)."""
     import torch.distributed.checkpoint as dcp
 
-    dcp.load(state, checkpoint_id=os.fspath(path), planner=_safe_planner())
+    with _unwrapped_unsafe(path):
+        dcp.load(state, checkpoint_id=os.fspath(path), planner=_safe_planner())
+
+
+@contextlib.contextmanager
+def _unwrapped_unsafe(path: str | os.PathLike[str]) -> Iterator[None]:
+    """DCP reports a reader's error wrapped per rank; a refused pickle is raised as what it is."""
+    from torch.distributed.checkpoint import CheckpointException
+
+    try:
+        yield
+    except CheckpointException as error:
+        for failure in error.failures.values():
+            cause = failure[0] if isinstance(failure, tuple) else failure  # (exception, traceback)
+            if isinstance(cause, pickle.UnpicklingError):
+                raise checkpoint_io.UnsafeCheckpointError(
+                    f"{os.fspath(path)!r} holds a pickled object that only a code-running unpickle could build "
+                    f"({cause}). fulmen reads checkpoints without running code; if you trust this file, load its "
+                    "entries yourself with torch.distributed.checkpoint."
+                ) from None
+        raise
 
 
 def read_full(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -166,7 +187,8 @@ def read_full(path: str | os.PathLike[str]) -> dict[str, Any]:
             flat[key] = None  # a pickled entry: the planner reads it
     with warnings.catch_warnings():  # DCP says it assumes a single process: that is the point here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(flat, storage_reader=reader, planner=_safe_planner(flatten=False), no_dist=True)
+        with _unwrapped_unsafe(path):
+            dcp.load(flat, storage_reader=reader, planner=_safe_planner(flatten=False), no_dist=True)
     paths = metadata.planner_data if isinstance(metadata.planner_data, dict) else {}
     nested: dict[str, Any] = {}
     for key, value in flat.items():
