@@ -122,3 +122,38 @@ def test_cli_example_runs(capsys):
     runpy.run_path("example.py")
     out = capsys.readouterr().out
     assert "recorded: torch.optim.SGD" in out and "rebuilt: SGD" in out
+
+
+@pytest.mark.slow
+def test_distributed_fsdp_example_runs_under_torchrun(tmp_path):
+    """docs/distributed.md's FSDP script, as a user runs it: torchrun, two processes, then consolidation."""
+    import os
+    import subprocess
+    import sys
+
+    source = (DOCS / "distributed.md").read_text()
+    source = source[source.index("## Sharded training (FSDP)") :]
+    code = re.search(r"```python\n(.*?)```", source, re.S)
+    assert code is not None
+    script = tmp_path / "fsdp_train.py"
+    script.write_text(code.group(1))
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
+                          str(script), str(tmp_path / "run")], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "world 2: loss" in run.stdout and "last.ckpt" in run.stdout
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    from fulmen.cli import main
+
+    main(["consolidate", str(last), str(tmp_path / "model.ckpt")])
+    import torch
+
+    checkpoint = torch.load(tmp_path / "model.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == 16 and "blocks.3.mlp.2.weight" in checkpoint["state_dict"]

@@ -120,8 +120,27 @@ def main(outdir: str) -> dict:
     fit = trainer("fsdp", max_epochs=5, callbacks=[EarlyStopping("score", patience=1)])
     fit.fit(RankScore(), loader(batch_size=4))
     results["early_stopping"] = {"current_epoch": fit.current_epoch, "global_step": fit.global_step}
+    results["batch_size"] = tuned_batch_size()
     results.update(checkpoints(outdir))
     return results
+
+
+def tuned_batch_size() -> dict:
+    """The batch-size finder before an FSDP fit, rank 1 running out of memory sooner (above 20) than rank 0
+    (above 40): both agree on 16, and the fit that follows shards and trains the restored model."""
+    from fulmen.tuner import Tuner
+    from tests.tuner.oom_model import OOMModel
+
+    class RankLimited(OOMModel):
+        def training_step(self, batch, batch_idx):
+            self.fits_up_to = 40 if dist.get_rank() == 0 else 20
+            return super().training_step(batch, batch_idx)
+
+    model = RankLimited()
+    fit = trainer("fsdp", max_epochs=1, limit_train_batches=2)
+    size = Tuner(fit).scale_batch_size(model)
+    fit.fit(model)
+    return {"size": size, "attribute": model.batch_size, "sharded": type(model.net.weight).__name__}
 
 
 def checkpoints(outdir: str) -> dict:

@@ -152,6 +152,12 @@ def test_stop_decisions_are_agreed_under_fsdp(runs):
 
 
 @pytest.mark.slow
+def test_batch_size_finder_agrees_across_ranks_before_an_fsdp_fit(runs):
+    for rank in (0, 1):
+        assert runs["main"][rank]["batch_size"] == {"size": 16, "attribute": 16, "sharded": "DTensor"}
+
+
+@pytest.mark.slow
 def test_sharded_checkpoint_resumes_exactly_on_the_same_processes(runs):
     for rank in (0, 1):
         main = runs["main"][rank]

@@ -46,7 +46,7 @@ class EvaluationLoop:
         context.results = self.results
         metrics.epoch_end = False
         step = strategy.validation_step if stage == "validation" else strategy.test_step
-        with no_grad_context(context.config.inference_mode):
+        with no_grad_context(context.config.inference_mode and strategy.supports_inference_mode):
             if in_fit and not sanity_checking:
                 hooks.call_module("on_validation_model_zero_grad")
             module = context.module
@@ -136,7 +136,7 @@ class PredictionLoop:
         self.current_batch_indices = []
         if not dataloaders or sum(num_batches) == 0:
             return None
-        with no_grad_context(context.config.inference_mode):
+        with no_grad_context(context.config.inference_mode and strategy.supports_inference_mode):
             hooks.call_module("on_predict_model_eval")
             hooks.call_callbacks("on_predict_start")
             hooks.call_module("on_predict_start")

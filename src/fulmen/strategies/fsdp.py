@@ -149,6 +149,13 @@ class ShardedStrategy(ParallelStrategy):
     def restore_checkpoint_after_setup(self) -> bool:
         return True
 
+    @property
+    def supports_inference_mode(self) -> bool:
+        # FSDP2 allocates a unit's gathered parameters at its first forward: made under inference_mode (a
+        # sanity check before any training step), they are inference tensors that training cannot write
+        # into. Evaluation runs under no_grad instead, as Lightning does under FSDP.
+        return False
+
     def tensor_init_context(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager[Any]:
         """``empty_init=True``: on the meta device (no memory at all); the strategy materialises the model
         already sharded, each process allocating only its shards. Otherwise on the CPU, in the precision's

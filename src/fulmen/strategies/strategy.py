@@ -114,6 +114,11 @@ class Strategy:
         return False
 
     @property
+    def supports_inference_mode(self) -> bool:
+        """Whether evaluation may run under ``torch.inference_mode`` (``Trainer(inference_mode=True)``)."""
+        return True
+
+    @property
     def distributed_sampler_kwargs(self) -> dict[str, int]:
         """How a DistributedSampler shares the data: one share per process. Model parallelism shares it per
         data-parallel group (the processes of one tensor-parallel group see the same batch)."""
