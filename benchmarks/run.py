@@ -1,4 +1,4 @@
-"""fulmen's speed and memory targets, measured in one run: ``python benchmarks/run.py`` (about 4 minutes).
+"""fulmen's speed and memory targets, measured in one run: ``python benchmarks/run.py`` (about 6 minutes).
 
 Prints one table. Each group's variants run interleaved (variant A, B, C, then A, B, C again ...) and each
 row is the median of the repeats, so a slow spell of the machine hits every variant alike.
@@ -11,6 +11,8 @@ row is the median of the repeats, so a slow spell of the machine hits every vari
 - memory: peak resident memory of a training process over the same plain loop.
 - loader: one epoch of the digits data set, ``InMemoryDataLoader`` against ``DataLoader(TensorDataset)``.
 - precision: step time of a small convnet with '32-true' and 'bf16-mixed' on the CPU.
+- sharding: DDP vs FSDP on two processes (torchrun, gloo): per-rank model state, peak memory and step time
+  (issue 17: the model state per rank about 1/world_size).
 
 Targets (issue 5): overhead <= 5% bare, <= 15% with logging and the progress bar, at most a tenth of
 Lightning's; first step within 0.3 s of plain PyTorch; at most 10 MB of extra memory; the in-memory loader
@@ -25,6 +27,7 @@ import gc
 import importlib
 import logging
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -375,13 +378,62 @@ def bench_precision(repeats: int) -> None:
         row("precision", f"convnet step (CPU), {precision}", f"{value * 1e3:.1f} ms", versus)
 
 
+def bench_sharding(repeats: int) -> None:
+    """DDP vs FSDP, two processes under torchrun (benchmarks/sharding_worker.py): per rank, the bytes held of
+    parameters + gradients + AdamW state, the peak resident memory and the step time. The peak is measured
+    twice: with glibc's default allocator, which keeps the heap of FSDP's short-lived gather buffers, and with
+    ``MALLOC_MMAP_THRESHOLD_=65536`` (blocks above 64 KB mapped and returned at free), which shows the
+    memory the process actually needs."""
+    import json
+    import socket
+
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sharding_worker.py")
+
+    def launch(kind: str, mmap: bool) -> dict[str, float]:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+        if mmap:
+            env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                              f"--master_port={port}", worker, kind], capture_output=True, text=True, env=env,
+                             check=True)  # fmt: skip
+        # the ranks print at the same moment: their lines may run together
+        ranks = [json.loads(found) for found in re.findall(r"\{[^{}]*\"kind\"[^{}]*\}", out.stdout)]
+        assert len(ranks) == 2, out.stdout
+        return {key: max(r[key] for r in ranks) for key in ("state_mb", "peak_rss_mb", "step_ms")}  # worst rank
+
+    results: dict[tuple[str, bool], list[dict[str, float]]] = {}
+    for _ in range(repeats):
+        for mmap in (False, True):
+            for kind in ("ddp", "fsdp"):
+                results.setdefault((kind, mmap), []).append(launch(kind, mmap))
+
+    def median(kind: str, mmap: bool, key: str) -> float:
+        return statistics.median(r[key] for r in results[(kind, mmap)])
+
+    group = "sharding (2 processes, 16.8M-param MLP, AdamW)"
+    ddp_state, fsdp_state = median("ddp", False, "state_mb"), median("fsdp", False, "state_mb")
+    row(group, "DDP: parameters + grads + optimizer state per rank", f"{ddp_state:.0f} MB")
+    row(group, "FSDP: parameters + grads + optimizer state per rank", f"{fsdp_state:.0f} MB",
+        f"{fsdp_state / ddp_state:.2f}x of DDP", "about 1/2")  # fmt: skip
+    for mmap, label in ((False, "peak RSS per rank"), (True, "peak RSS per rank, MALLOC_MMAP_THRESHOLD_=64K")):
+        ddp_peak, fsdp_peak = median("ddp", mmap, "peak_rss_mb"), median("fsdp", mmap, "peak_rss_mb")
+        row(group, f"DDP: {label}", f"{ddp_peak:.0f} MB")
+        row(group, f"FSDP: {label}", f"{fsdp_peak:.0f} MB", f"{fsdp_peak - ddp_peak:+.0f} MB vs DDP")
+    ddp_step, fsdp_step = median("ddp", False, "step_ms"), median("fsdp", False, "step_ms")
+    row(group, "DDP: step time (batch 32 per rank)", f"{ddp_step:.0f} ms")
+    row(group, "FSDP: step time (batch 32 per rank)", f"{fsdp_step:.0f} ms", f"{fsdp_step / ddp_step:.2f}x of DDP")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick", action="store_true", help="one repeat each: a smoke test, not a measurement"
     )
     parser.add_argument(
-        "--only", choices=("overhead", "startup", "memory", "loader", "precision"), action="append",
+        "--only", choices=("overhead", "startup", "memory", "loader", "precision", "sharding"), action="append",
         help="run only these groups (repeatable)",
     )
     parser.add_argument("--no-lightning", action="store_true", help="leave Lightning out of every group")
@@ -402,6 +454,7 @@ def main() -> None:
         "memory": lambda: bench_memory(max(3, repeats // 2), modules),
         "loader": lambda: bench_loader(repeats),
         "precision": lambda: bench_precision(repeats),
+        "sharding": lambda: bench_sharding(max(1, repeats // 2)),
     }
     for name, run in groups.items():
         if not args.only or name in args.only:
