@@ -15,8 +15,12 @@
    logs rates and FLOPs, AsyncCheckpointIO saves CUDA weights (snapshot to host memory) that load back equal,
    EMAWeightAveraging keeps its average on the GPU, and the PyTorch profiler's trace holds CUDA kernels.
 
+7. FSDP (FSDP2) with NCCL, one process per GPU: the weights of one GPU on the global batch (each Linear its
+   own unit), no host sync in the step, an exact resume from a sharded checkpoint, consolidation of a
+   sharded checkpoint on the CPU, and '16-mixed' with the sharded gradient scaler.
+
 Prints a table and, when ``$OUT`` is set, writes ``$OUT/gpu_checks.json``. ``--cpu-dry-run`` runs checks 2,
-3 and 4 on the CPU (float16 autocast with a CPU scaler, DDP over gloo with two processes) to test the script
+3, 4 and 7 on the CPU (float16 autocast with a CPU scaler, DDP and FSDP over gloo with two processes) to test the script
 itself where no GPU is around.
 """
 
@@ -280,6 +284,80 @@ def check_ddp(device: str) -> None:
     )
 
 
+def fsdp_worker(outdir: str, accelerator: str) -> None:
+    """One rank of check 7 (started by torchrun): FSDP with each Linear a unit, batch 4 per process, sharded
+    checkpoints every 3 steps; then a resume from the step-3 checkpoint, and a '16-mixed' run (sharded scaler)."""
+    from tests.strategies.fsdp_model import Wide, indexed_loader
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from fulmen.callbacks import ModelCheckpoint
+    from fulmen.strategies import FSDPStrategy
+
+    devices = int(os.environ["LOCAL_WORLD_SIZE"])
+
+    def run(ckpt_path: str | None = None, precision: str = "32-true", callbacks: list[Any] | None = None) -> Any:
+        strategy = FSDPStrategy(auto_wrap_policy={nn.Linear}, state_dict_type="sharded")
+        trainer = fulmen.Trainer(accelerator=accelerator, devices=devices, strategy=strategy, max_epochs=2,
+                                 precision=precision, logger=False, enable_progress_bar=False,
+                                 enable_model_summary=False, callbacks=callbacks or [],
+                                 enable_checkpointing=bool(callbacks))  # fmt: skip
+        model = Wide()
+        trainer.fit(model, indexed_loader(batch_size=4, shuffle=False), ckpt_path=ckpt_path)
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return trainer, full
+
+    watch = [SyncWatch("error")] if accelerator == "cuda" else []
+    every_3 = ModelCheckpoint(dirpath=f"{outdir}/ckpt", every_n_train_steps=3, save_top_k=-1)
+    trainer, weights = run(callbacks=[every_3, *watch])
+    _, resumed = run(ckpt_path=f"{outdir}/ckpt/epoch=0-step=3.ckpt")
+    half, _ = run(precision="16-mixed")
+    if trainer.is_global_zero:
+        backend = torch.distributed.get_backend() if torch.distributed.is_initialized() else "?"
+        torch.save({"weights": weights, "resumed": resumed, "backend": backend, "world": trainer.world_size,
+                    "half_loss": float(half.callback_metrics["loss_epoch"])}, f"{outdir}/fsdp.pt")  # fmt: skip
+
+
+def check_fsdp(device: str) -> None:
+    """Check 7: FSDP (FSDP2) with NCCL, one process per GPU: the weights of one GPU on the global batch, no host
+    sync in the step, an exact resume from a sharded checkpoint, consolidation, and '16-mixed'."""
+    import socket
+    import subprocess
+    import tempfile
+
+    from tests.strategies.fsdp_model import Wide, indexed_loader
+
+    from fulmen.utilities.distributed_checkpoint import load_consolidated
+
+    processes = torch.cuda.device_count() if device == "cuda" else 2
+    name = f"FSDP, {processes} process(es), {'NCCL' if device == 'cuda' else 'gloo'}"
+    with tempfile.TemporaryDirectory() as outdir, socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
+                   "--master_addr=127.0.0.1", f"--master_port={port}", __file__, "--fsdp-worker", outdir, device]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=400)
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+            report(name, False, " / ".join(tail)[:300])
+            return
+        result = torch.load(f"{outdir}/fsdp.pt", weights_only=True)
+        consolidated = load_consolidated(f"{outdir}/ckpt/epoch=1-step=15.ckpt")
+    reference = Wide()
+    fulmen.Trainer(accelerator=device, devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, enable_checkpointing=False).fit(
+        reference, indexed_loader(4 * processes, shuffle=False))  # fmt: skip
+    want = {k: v.cpu() for k, v in reference.state_dict().items()}
+    diff = max((result["weights"][k] - v).abs().max().item() for k, v in want.items())
+    resumed = max((result["resumed"][k] - v).abs().max().item() for k, v in result["weights"].items())
+    ok = diff < 1e-5 and resumed == 0 and consolidated["global_step"] == 15 and result["half_loss"] == result["half_loss"]
+    syncs = ", no host sync in the step" if device == "cuda" else ""
+    report(name, ok, f"backend {result['backend']}, world {result['world']}, max |w - w_one| = {diff:.2e}, "
+                     f"resumed from a sharded checkpoint: max diff {resumed:.1e}, consolidated step "
+                     f"{consolidated['global_step']}, 16-mixed loss {result['half_loss']:.3f}{syncs}")  # fmt: skip
+
+
 class Hungry(fulmen.LightningModule):
     """About 8 MB of activations per sample: an 80 GB GPU runs out of memory in the low thousands."""
 
@@ -360,12 +438,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu-dry-run", action="store_true", help="run checks 2, 3 and 4 on the CPU")
+    parser.add_argument("--cpu-dry-run", action="store_true", help="run checks 2, 3, 4 and 7 on the CPU")
     parser.add_argument("--ddp-worker", nargs=2, metavar=("OUTDIR", "ACCELERATOR"), help=argparse.SUPPRESS)
+    parser.add_argument("--fsdp-worker", nargs=2, metavar=("OUTDIR", "ACCELERATOR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.ddp_worker:
+    if args.ddp_worker or args.fsdp_worker:
         sys.path.insert(0, ROOT)
-        ddp_worker(*args.ddp_worker)
+        (ddp_worker if args.ddp_worker else fsdp_worker)(*(args.ddp_worker or args.fsdp_worker))
         return 0
     warnings.filterwarnings("ignore", message=".*num_workers.*")
     if args.cpu_dry_run:
@@ -385,6 +464,7 @@ def main() -> int:
     step_times(device, batches=40 if device == "cuda" else 6, repeats=3 if device == "cuda" else 1)
     sys.path.insert(0, ROOT)
     check_ddp(device)
+    check_fsdp(device)
     if device == "cuda":
         check_batch_size_finder()
     check_ecosystem(device)
