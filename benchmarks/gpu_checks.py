@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -233,6 +234,12 @@ def step_times(device: str, batches: int, repeats: int) -> None:
         )
 
 
+def _failure(output: str) -> str:
+    """The error a torchrun job ended with (its last 'SomethingError: ...' line), else its last lines."""
+    errors = [line.strip() for line in output.splitlines() if re.search(r"\w+(Error|Exception): ", line)]
+    return (errors[-1] if errors else " / ".join(output.strip().splitlines()[-3:]))[:300]
+
+
 def ddp_worker(outdir: str, accelerator: str) -> None:
     """One rank of check 4 (started by torchrun): the DDP test module, batch 4 per process."""
     from tests.strategies.ddp_model import Model, loader
@@ -263,13 +270,13 @@ def check_ddp(device: str) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         sock.close()
-        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+                   OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
         command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
                    "--master_addr=127.0.0.1", f"--master_port={port}", __file__, "--ddp-worker", outdir, device]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
         if done.returncode != 0:
-            tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-            report(name, False, " / ".join(tail)[:300])
+            report(name, False, _failure(done.stdout + done.stderr))
             return
         result = torch.load(f"{outdir}/ddp.pt", weights_only=True)
     reference = Model()
@@ -295,13 +302,22 @@ def fsdp_worker(outdir: str, accelerator: str) -> None:
 
     devices = int(os.environ["LOCAL_WORLD_SIZE"])
 
+    class Quiet(Wide):
+        """Wide without its record of the sample indices (reading them is a host sync by design)."""
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y, _ = batch
+            loss = nn.functional.cross_entropy(self.net(x), y)
+            self.log("loss", loss, on_step=True, on_epoch=True, sync_dist=True)
+            return loss
+
     def run(ckpt_path: str | None = None, precision: str = "32-true", callbacks: list[Any] | None = None) -> Any:
         strategy = FSDPStrategy(auto_wrap_policy={nn.Linear}, state_dict_type="sharded")
         trainer = fulmen.Trainer(accelerator=accelerator, devices=devices, strategy=strategy, max_epochs=2,
                                  precision=precision, logger=False, enable_progress_bar=False,
                                  enable_model_summary=False, callbacks=callbacks or [],
                                  enable_checkpointing=bool(callbacks))  # fmt: skip
-        model = Wide()
+        model = Quiet()
         trainer.fit(model, indexed_loader(batch_size=4, shuffle=False), ckpt_path=ckpt_path)
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return trainer, full
@@ -334,16 +350,16 @@ def check_fsdp(device: str) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         sock.close()
-        env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+                   OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
         command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
                    "--master_addr=127.0.0.1", f"--master_port={port}", __file__, "--fsdp-worker", outdir, device]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=400)
         if done.returncode != 0:
-            tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-            report(name, False, " / ".join(tail)[:300])
+            report(name, False, _failure(done.stdout + done.stderr))
             return
         result = torch.load(f"{outdir}/fsdp.pt", weights_only=True)
-        consolidated = load_consolidated(f"{outdir}/ckpt/epoch=1-step=15.ckpt")
+        consolidated = load_consolidated(f"{outdir}/ckpt/epoch=0-step=3.ckpt")
     reference = Wide()
     fulmen.Trainer(accelerator=device, devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
                    enable_model_summary=False, enable_checkpointing=False).fit(
@@ -351,7 +367,7 @@ def check_fsdp(device: str) -> None:
     want = {k: v.cpu() for k, v in reference.state_dict().items()}
     diff = max((result["weights"][k] - v).abs().max().item() for k, v in want.items())
     resumed = max((result["resumed"][k] - v).abs().max().item() for k, v in result["weights"].items())
-    ok = diff < 1e-5 and resumed == 0 and consolidated["global_step"] == 15 and result["half_loss"] == result["half_loss"]
+    ok = diff < 1e-5 and resumed == 0 and consolidated["global_step"] == 3 and result["half_loss"] == result["half_loss"]
     syncs = ", no host sync in the step" if device == "cuda" else ""
     report(name, ok, f"backend {result['backend']}, world {result['world']}, max |w - w_one| = {diff:.2e}, "
                      f"resumed from a sharded checkpoint: max diff {resumed:.1e}, consolidated step "
