@@ -7,7 +7,7 @@ Usage: ``torchrun --nproc_per_node=N fsdp_script.py SCENARIO OUTDIR [CHECKPOINTS
   sizes), sharded and full checkpoints, an uninterrupted run to compare every resume with, and DDP's.
 - ``resume`` (any number): resume each given mid-epoch checkpoint (written by another number of processes)
   with the same global batch of 8; with one process also writes a one-process sharded checkpoint.
-- ``kill``: rank 0 is SIGKILLed while its second sharded checkpoint is being written.
+- ``--then-kill`` (last): rank 0 is SIGKILLed while a sharded `last` checkpoint is being replaced.
 """
 
 from __future__ import annotations
@@ -107,6 +107,23 @@ def main(outdir: str) -> dict:
     fit = trainer(ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=2))
     fit.fit(model, indexed_loader(batch_size=GLOBAL_BATCH, shuffle=False))
     results["tp"] = {"weights": full_weights(model), "mesh": tuple(fit.strategy.device_mesh.shape)}
+    # the other sharding strategies, CPU offload and activation checkpointing (same numbers, other memory use)
+    for case, strategy in (("SHARD_GRAD_OP", FSDPStrategy(sharding_strategy="SHARD_GRAD_OP")),
+                           ("NO_SHARD", FSDPStrategy(sharding_strategy="NO_SHARD")),
+                           ("HYBRID_SHARD", FSDPStrategy(sharding_strategy="HYBRID_SHARD", device_mesh=(1, 2))),
+                           ("cpu_offload", FSDPStrategy(cpu_offload=True, activation_checkpointing_policy={nn.Linear},
+                                                        auto_wrap_policy={nn.Linear}))):  # fmt: skip
+        model = Wide()
+        fit = trainer(strategy)
+        fit.fit(model, indexed_loader(batch_size=4, shuffle=False))
+        results[case] = {"weights": full_weights(model), "mesh": tuple(fit.strategy.device_mesh.shape)}
+    # a monitored value that differs between ranks (no sync_dist): the ranks agree on rank 0's, so they save
+    # (every rank writes its shards) under the same names
+    every_epoch = ModelCheckpoint(dirpath=f"{outdir}/agreed", monitor="score", mode="max", save_top_k=1)
+    fit = trainer(FSDPStrategy(state_dict_type="sharded"), max_epochs=3, callbacks=[every_epoch],
+                  enable_checkpointing=True)  # fmt: skip
+    fit.fit(RankScore(), loader(batch_size=4))
+    results["agreed"] = {"best": every_epoch.best_model_path, "score": float(every_epoch.best_model_score)}
     # a model created on the meta device, materialised already sharded
     fit = trainer("fsdp", max_epochs=1)
     with fit.init_module(empty_init=True):
@@ -173,7 +190,7 @@ def checkpoints(outdir: str) -> dict:
     return results
 
 
-def resume(outdir: str, checkpoints: list[str]) -> dict:
+def resume(outdir: str, checkpoints: list[str], refusal: bool = True) -> dict:
     world = int(os.environ["WORLD_SIZE"])
     results = {}
     for path in checkpoints:
@@ -182,13 +199,11 @@ def resume(outdir: str, checkpoints: list[str]) -> dict:
         fit = trainer(strategy)
         fit.fit(model, indexed_loader(batch_size=GLOBAL_BATCH // world), ckpt_path=path)
         results[path] = {"weights": full_weights(model), "seen": model.seen, "global_step": fit.global_step}
-    # a wrong global batch is refused before training
-    try:
-        trainer(FSDPStrategy(state_dict_type="sharded")).fit(Wide(), indexed_loader(batch_size=GLOBAL_BATCH // world + 1),
-                                                            ckpt_path=checkpoints[0])  # fmt: skip
-        results["wrong_batch"] = None
-    except Exception as error:
-        results["wrong_batch"] = f"{type(error).__name__}: {error}"
+    if world == 4:  # 2-D: tensor parallel pairs, data parallel across them (batch 4 per data-parallel rank)
+        model = TensorParallelWide()
+        fit = trainer(ModelParallelStrategy(data_parallel_size=2, tensor_parallel_size=2))
+        fit.fit(model, indexed_loader(batch_size=GLOBAL_BATCH // 2, shuffle=False))
+        results["2d"] = {"weights": full_weights(model), "mesh": tuple(fit.strategy.device_mesh.shape)}
     if world == 1:  # a one-process sharded checkpoint, for resuming on two
         model = Wide()
         every_3 = ModelCheckpoint(dirpath=f"{outdir}/one", every_n_train_steps=3, save_top_k=-1)
@@ -196,6 +211,15 @@ def resume(outdir: str, checkpoints: list[str]) -> dict:
             model, indexed_loader(batch_size=GLOBAL_BATCH)
         )
         results["one_process"] = {"weights": full_weights(model)}
+    # last (a failed run leaves the process group): a wrong global batch is refused before training
+    if not refusal:
+        return results
+    try:
+        trainer(FSDPStrategy(state_dict_type="sharded")).fit(Wide(), indexed_loader(batch_size=GLOBAL_BATCH // world + 1),
+                                                            ckpt_path=checkpoints[0])  # fmt: skip
+        results["wrong_batch"] = None
+    except Exception as error:
+        results["wrong_batch"] = f"{type(error).__name__}: {error}"
     return results
 
 
@@ -223,10 +247,12 @@ def kill(outdir: str) -> None:
 if __name__ == "__main__":
     scenario, outdir, *rest = sys.argv[1:]
     rank = int(os.environ["RANK"])
-    if scenario == "kill":
-        kill(outdir)
-        sys.exit(0)
-    results = main(outdir) if scenario == "main" else resume(outdir, rest)
+    then_kill = "--then-kill" in rest
+    rest = [arg for arg in rest if arg != "--then-kill"]
+    results = main(outdir) if scenario == "main" else resume(outdir, rest, refusal=not then_kill)
     assert not any(isinstance(v, float) and math.isnan(v) for r in results.values() if isinstance(r, dict)
                    for v in r.values())  # fmt: skip
     torch.save(results, f"{outdir}/{scenario}-rank{rank}.pt")
+    if then_kill:  # last: rank 0 dies in it
+        dist.barrier()
+        kill(outdir)

@@ -46,8 +46,8 @@ def _results(outdir: Path, scenario: str, ranks: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every multi-process run, in order: 2 processes (training, checkpoints); 1 process resuming their
-    mid-epoch checkpoints and writing its own; 4 processes resuming the 2-process ones; 2 processes resuming
-    the 1-process one."""
+    mid-epoch checkpoints and writing its own; 4 processes resuming the 2-process ones (and 2-D parallelism);
+    2 processes resuming the 1-process one, then rank 0 killed during a save (that launch fails by design)."""
     out = tmp_path_factory.mktemp("fsdp")
     _torchrun(2, "main", str(out))
     two = [out / "sharded" / "epoch=0-step=3.ckpt", out / "ddp" / "epoch=0-step=3.ckpt"]
@@ -57,10 +57,10 @@ def runs(tmp_path_factory):
     _torchrun(4, "resume", str(out), *map(str, two))
     fours = _results(out, "resume", 4)
     one = out / "one" / "epoch=0-step=3.ckpt"
-    _torchrun(2, "resume", str(out), str(one))
+    kill_output = _torchrun(2, "resume", str(out), str(one), "--then-kill", expect_ok=False)
     twos_from_one = _results(out, "resume", 2)
     return {"out": out, "main": _results(out, "main", 2), "1": ones, "4": fours, "2from1": twos_from_one,
-            "two": two, "one": one}  # fmt: skip
+            "two": two, "one": one, "kill_output": kill_output}  # fmt: skip
 
 
 def _single(model, loader, **kwargs):
@@ -136,6 +136,37 @@ def test_tensor_parallel_size_two_trains_like_one_process(runs):
     for rank in (0, 1):
         assert runs["main"][rank]["tp"]["mesh"] == (1, 2)
         _close(runs["main"][rank]["tp"]["weights"], reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "cpu_offload"])
+def test_sharding_strategies_and_offload_train_like_one_process(runs, case):
+    """Parameters kept until backward, replicated (a (2, 1) mesh), hybrid over a (1, 2) mesh, and CPU offload
+    with activation checkpointing: the same numbers."""
+    reference = _single(Wide(), indexed_loader(8, shuffle=False)).state_dict()
+    meshes = {"NO_SHARD": (2, 1), "HYBRID_SHARD": (1, 2)}
+    for rank in (0, 1):
+        assert runs["main"][rank][case]["mesh"] == meshes.get(case, (2,))
+        _close(runs["main"][rank][case]["weights"], reference)
+
+
+@pytest.mark.slow
+def test_two_dimensional_parallelism_on_four_processes(runs):
+    """ModelParallelStrategy(2, 2): tensor parallel pairs, FSDP across them, each pair on its share of the
+    data: the weights of one process on the global batch."""
+    reference = _single(Wide(), indexed_loader(8, shuffle=False)).state_dict()
+    for result in runs["4"]:
+        assert result["2d"]["mesh"] == (2, 2)
+        _close(result["2d"]["weights"], reference)
+
+
+@pytest.mark.slow
+def test_checkpoint_decisions_agree_between_ranks(runs):
+    """A monitored value that differs per rank: both ranks keep rank 0's best (rank 0's score improves every
+    epoch; rank 1's never would), and the sharded save under that name completed."""
+    results = [runs["main"][r]["agreed"] for r in (0, 1)]
+    assert results[0] == results[1] and results[0]["score"] == 0.0
+    assert distributed_checkpoint.is_sharded_checkpoint(results[0]["best"])
 
 
 @pytest.mark.slow
@@ -264,11 +295,11 @@ def test_two_process_sharded_checkpoint_loads_on_one_plain_process(runs):
 
 
 @pytest.mark.slow
-def test_sigkill_during_a_sharded_save_leaves_the_previous_checkpoint(tmp_path):
+def test_sigkill_during_a_sharded_save_leaves_the_previous_checkpoint(runs):
     """Rank 0 is killed while `last` is being replaced (step 4): the step-2 `last` stays complete and
     loadable, the half-written directory is hidden, and ckpt_path="last" resumes from step 2."""
-    output = _torchrun(2, "kill", str(tmp_path), expect_ok=False)
-    directory = tmp_path / "killed"
+    output = runs["kill_output"]
+    directory = runs["out"] / "killed"
     names = sorted(p.name for p in directory.iterdir())
     assert ".last.ckpt.partial" in names, (names, output[-3000:])
     assert "epoch=0-step=4.ckpt" in names and "last.ckpt" in names

@@ -338,6 +338,12 @@ class ModelCheckpoint(Checkpoint):
         epoch / validation) updates last only when a top-k file was written (the behaviour of Lightning 2.6,
         checked against it in the parity tests); the end of training writes one if none was."""
         candidates = self._monitor_candidates(trainer)
+        if trainer.world_size > 1:
+            # every rank acts on rank 0's values: they agree on whether and under which name to save, which a
+            # sharded save (every rank writes) needs, and which keeps best_model_path the same on every rank
+            candidates = trainer.strategy.broadcast(
+                {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in candidates.items()}, src=0
+            )
         saved_before = self._last_checkpoint_saved
         self._save_topk_checkpoint(trainer, candidates)
         wrote_top_k = self._last_checkpoint_saved != saved_before or (

@@ -199,8 +199,8 @@ class ShardedStrategy(ParallelStrategy):
         policy = self._mixed_precision_policy()
         if policy is not None:
             kwargs["mp_policy"] = policy
-        if self.cpu_offload:
-            kwargs["offload_policy"] = fsdp.CPUOffloadPolicy()
+        if self.cpu_offload:  # pinned host memory for fast copies to a GPU (pinning needs one)
+            kwargs["offload_policy"] = fsdp.CPUOffloadPolicy(pin_memory=self._root_device.type == "cuda")
         kwargs.update({k: v for k, v in self.kwargs.items() if k in _FULLY_SHARD_KEYWORDS})
         return kwargs
 
