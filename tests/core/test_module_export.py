@@ -54,6 +54,17 @@ def test_to_torchscript_saves_a_module_that_loads_and_matches(tmp_path, method):
     assert model.training
 
 
+def test_a_module_attached_to_a_trainer_scripts(tmp_path):
+    """Properties that read the trainer (device_mesh, current_epoch ...) are left out of TorchScript."""
+    model = Net()
+    Trainer(fast_dev_run=1, default_root_dir=tmp_path, enable_progress_bar=False).fit(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(model)
+    x = torch.randn(3, 32)
+    assert torch.allclose(scripted(x), model(x))
+
+
 def test_to_torchscript_errors():
     with pytest.raises(ValueError, match="method='onnx'"):
         BoringModel().to_torchscript(method="onnx")

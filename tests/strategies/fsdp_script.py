@@ -108,7 +108,10 @@ def main(outdir: str) -> dict:
     fit.fit(model, indexed_loader(batch_size=GLOBAL_BATCH, shuffle=False))
     results["tp"] = {"weights": full_weights(model), "mesh": tuple(fit.strategy.device_mesh.shape)}
     # the other sharding strategies, CPU offload and activation checkpointing (same numbers, other memory use)
-    for case, strategy in (("SHARD_GRAD_OP", FSDPStrategy(sharding_strategy="SHARD_GRAD_OP")),
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    for case, strategy in (("SHARD_GRAD_OP", FSDPStrategy(sharding_strategy="SHARD_GRAD_OP",
+                                                          auto_wrap_policy=ModuleWrapPolicy({nn.Linear}))),
                            ("NO_SHARD", FSDPStrategy(sharding_strategy="NO_SHARD")),
                            ("HYBRID_SHARD", FSDPStrategy(sharding_strategy="HYBRID_SHARD", device_mesh=(1, 2))),
                            ("cpu_offload", FSDPStrategy(cpu_offload=True, activation_checkpointing_policy={nn.Linear},

@@ -141,8 +141,9 @@ def test_tensor_parallel_size_two_trains_like_one_process(runs):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "cpu_offload"])
 def test_sharding_strategies_and_offload_train_like_one_process(runs, case):
-    """Parameters kept until backward, replicated (a (2, 1) mesh), hybrid over a (1, 2) mesh, and CPU offload
-    with activation checkpointing: the same numbers."""
+    """Parameters kept until backward (units picked by torch's ModuleWrapPolicy, a policy callable),
+    replicated (a (2, 1) mesh), hybrid over a (1, 2) mesh, and CPU offload with activation checkpointing: the
+    same numbers."""
     reference = _single(Wide(), indexed_loader(8, shuffle=False)).state_dict()
     meshes = {"NO_SHARD": (2, 1), "HYBRID_SHARD": (1, 2)}
     for rank in (0, 1):

@@ -51,3 +51,16 @@ def test_types_module():
     from fulmen.utilities.types import EVAL_DATALOADERS, STEP_OUTPUT, TRAIN_DATALOADERS, OptimizerLRScheduler
 
     assert STEP_OUTPUT and EVAL_DATALOADERS and TRAIN_DATALOADERS and OptimizerLRScheduler
+
+
+def test_save_hparams_to_yaml_writes_enums_by_name(tmp_path):
+    """A `str, Enum` member (which YAML's safe dumper refuses as it is) is written by its name, as Lightning."""
+    import enum
+
+    from fulmen.core.saving import load_hparams_from_yaml, save_hparams_to_yaml
+
+    class Options(str, enum.Enum):
+        first = "first value"
+
+    save_hparams_to_yaml(tmp_path / "h.yaml", {"switch": Options.first, "plain": enum.Enum("E", "a b").b})
+    assert load_hparams_from_yaml(tmp_path / "h.yaml") == {"switch": "first", "plain": "b"}

@@ -341,9 +341,8 @@ class ModelCheckpoint(Checkpoint):
         if trainer.world_size > 1:
             # every rank acts on rank 0's values: they agree on whether and under which name to save, which a
             # sharded save (every rank writes) needs, and which keeps best_model_path the same on every rank
-            candidates = trainer.strategy.broadcast(
-                {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in candidates.items()}, src=0
-            )
+            # (as numbers: pickling a tensor goes through torch.save, which a user's code may be watching)
+            candidates = trainer.strategy.broadcast({k: _plain(v) for k, v in candidates.items()}, src=0)
         saved_before = self._last_checkpoint_saved
         self._save_topk_checkpoint(trainer, candidates)
         wrote_top_k = self._last_checkpoint_saved != saved_before or (
@@ -511,3 +510,10 @@ def _link(target: str, link: str) -> None:
         os.remove(tmp)
     os.symlink(os.path.relpath(target, os.path.dirname(link) or "."), tmp)
     os.replace(tmp, link)
+
+
+def _plain(value: Any) -> Any:
+    """A one-element tensor as the Python number it holds (other values unchanged)."""
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else value.detach().cpu()
+    return value

@@ -61,7 +61,7 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     __jit_unused_properties__: list[str] = [
         "example_input_array", "on_gpu", "current_epoch", "global_step", "global_rank", "local_rank", "logger",
         "loggers", "automatic_optimization", "trainer", "device", "dtype", "hparams", "hparams_initial",
-        "log_hyperparams_enabled",
+        "log_hyperparams_enabled", "device_mesh",
     ]  # fmt: skip
 
     @restricted_classmethod

@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import copy
 import datetime
+import enum
 import inspect
 import re
 import types
@@ -213,6 +214,8 @@ def hparams_yaml(hparams: Any) -> str:
     import yaml
 
     def plain(v: Any) -> Any:
+        if isinstance(v, enum.Enum):  # by name, as Lightning writes it (also a `str, Enum` the dumper refuses)
+            return v.name
         if isinstance(v, (int, float, str, bool)) or v is None:
             return v
         if isinstance(v, dict):
