@@ -219,6 +219,8 @@ def test_full_checkpoint_is_an_ordinary_file_and_equals_the_consolidated_sharded
     _close(model.state_dict(), full["state_dict"], atol=0)
     model = Wide.load_from_checkpoint(tmp_path / "c.ckpt")
     _close(model.state_dict(), full["state_dict"], atol=0)
+    model = Wide.load_from_checkpoint(out / "same_state_sharded.ckpt")  # the directory itself, read whole
+    _close(model.state_dict(), full["state_dict"], atol=0)
 
 
 @pytest.mark.slow

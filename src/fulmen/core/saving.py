@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from fulmen.utilities import checkpoint_io
+from fulmen.utilities import checkpoint_io, distributed_checkpoint
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 T = TypeVar("T")
@@ -180,9 +180,10 @@ def load_from_checkpoint(
 ) -> T:
     from fulmen.core.datamodule import LightningDataModule
 
-    checkpoint = checkpoint_io.load(
-        checkpoint_path, map_location="cpu", weights_only=weights_only is not False
-    )
+    if distributed_checkpoint.is_sharded_checkpoint(checkpoint_path):  # an FSDP run's directory: read it whole
+        checkpoint = distributed_checkpoint.load_consolidated(checkpoint_path)
+    else:
+        checkpoint = checkpoint_io.load(checkpoint_path, map_location="cpu", weights_only=weights_only is not False)
     is_datamodule = issubclass(cls, LightningDataModule)
     key = cls.CHECKPOINT_HYPER_PARAMS_KEY  # type: ignore[attr-defined]
     if key not in checkpoint and not is_datamodule:

@@ -6,7 +6,6 @@ The loops ask the strategy; they never branch on which strategy is in use.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -217,9 +216,7 @@ class Strategy:
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         """The checkpoint at ``checkpoint_path`` as a dict; a sharded (FSDP) checkpoint directory is read whole
         into this process, as ``fulmen consolidate`` would write it (resharding N processes -> 1)."""
-        if isinstance(checkpoint_path, str | os.PathLike) and distributed_checkpoint.is_sharded_checkpoint(
-            checkpoint_path
-        ):
+        if distributed_checkpoint.is_sharded_checkpoint(checkpoint_path):
             return distributed_checkpoint.load_consolidated(checkpoint_path)
         return self.checkpoint_io.load_checkpoint(checkpoint_path, map_location="cpu", weights_only=weights_only)
 

@@ -45,8 +45,11 @@ def optimizer_key(index: int) -> str:
     return f"optimizer_{index}"
 
 
-def is_sharded_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a sharded checkpoint directory (complete: DCP's index is there)."""
+def is_sharded_checkpoint(path: Any) -> bool:
+    """Whether ``path`` is a sharded checkpoint directory (complete: DCP's index is there); ``False`` for
+    anything else (a file, a URL, an open file object)."""
+    if not isinstance(path, str | os.PathLike):
+        return False
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, DCP_METADATA))
 
 
