@@ -214,3 +214,15 @@ def test_a_replacement_cut_between_its_renames_is_repaired(tmp_path):
     assert callback.find_last_checkpoints(None) == [str(last)]
     assert distributed_checkpoint.is_sharded_checkpoint(last)
     assert not (tmp_path / ".last.ckpt.replaced").exists()
+
+
+def test_materialising_initialises_a_meta_model_and_refuses_a_half_real_one():
+    from fulmen.strategies.fsdp import _materialise
+
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3))
+    _materialise(model, torch.device("cpu"))
+    assert not model[0].weight.is_meta and torch.equal(model[1].weight, torch.ones(3))  # reset_parameters ran
+    half = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2, device="meta"))
+    with pytest.raises(MisconfigurationException, match="partly on the meta device"):
+        _materialise(half, torch.device("cpu"))

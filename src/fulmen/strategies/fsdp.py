@@ -673,6 +673,15 @@ def _on_meta(module: nn.Module) -> bool:
 def _materialise(module: nn.Module, device: torch.device) -> None:
     """Allocate a meta-device model's (sharded) parameters and initialise them with each module's
     ``reset_parameters()``: every process allocates only its shards."""
+    tensors = [*module.parameters(), *module.buffers()]
+    if not all(t.is_meta for t in tensors):
+        real = sum(1 for t in tensors if not t.is_meta)
+        raise MisconfigurationException(
+            f"The model is partly on the meta device ({len(tensors) - real} tensors) and partly real ({real}): "
+            "materialising it would replace the real values. Create all of it under "
+            "`trainer.init_module(empty_init=True)` (or all of it without), then load real weights from a "
+            "checkpoint."
+        )
     module.to_empty(device=device)
     with torch.no_grad():
         for child in module.modules():
