@@ -235,8 +235,12 @@ def step_times(device: str, batches: int, repeats: int) -> None:
 
 
 def _failure(output: str) -> str:
-    """The error a torchrun job ended with (its last 'SomethingError: ...' line), else its last lines."""
-    errors = [line.strip() for line in output.splitlines() if re.search(r"\w+(Error|Exception): ", line)]
+    """The error a torchrun job ended with: fulmen's report of the failing rank, else the last
+    'SomethingError: ...' line that is not torchrun's own summary, else the output's last lines."""
+    lines = [line.strip() for line in output.splitlines()]
+    reports = [line for line in lines if line.startswith("fulmen: rank") and " failed with " in line]
+    errors = reports or [line for line in lines if re.search(r"\w+(Error|Exception): ", line)
+                         and "ChildFailedError" not in line]  # fmt: skip
     return (errors[-1] if errors else " / ".join(output.strip().splitlines()[-3:]))[:300]
 
 
