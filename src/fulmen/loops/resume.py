@@ -223,6 +223,12 @@ def finish_interrupted_epoch(fit: FitLoop, state: dict[str, Any]) -> None:
         fit.on_advance_start(fresh=False)
         fit.context.progress.batch_idx = batch_idx
         loader = _resharded_epoch_loader(fit, state.get("data"), int(state["epoch"]), batch_idx)
+        if loader is not None and state.get("grads") is not None:
+            raise MisconfigurationException(
+                "The checkpoint was written inside a gradient-accumulation window, whose partial gradients are "
+                "each process's own: it resumes exactly only on the number of processes that wrote it. Resume "
+                "it there, or from a checkpoint written after an optimizer step (ModelCheckpoint's)."
+            )
         batches = fit.make_iterator(skip=batch_idx, epoch_rng=state.get("epoch_start_rng"), loader=loader)
         _restore_point(fit, state)
         epoch_loop = fit.epoch_loop
