@@ -164,6 +164,7 @@ def main() -> None:
             kind, n = args.kill.split(":")
             callbacks.insert(1, Killer(kind, int(n)))
     trainer = fulmen.Trainer(
+        deterministic=True if os.environ.get("DETERMINISTIC") else None,  # benchmarks/gpu_checks.py on CUDA
         max_epochs=4, accumulate_grad_batches=3, val_check_interval=5, num_sanity_val_steps=2,
         callbacks=callbacks, logger=False, enable_progress_bar=False, enable_model_summary=False,
         enable_checkpointing=not args.reference, default_root_dir=args.out,
