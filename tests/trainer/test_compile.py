@@ -80,3 +80,28 @@ def test_a_compiled_module_trains_validates_checkpoints_and_resumes_with_inducto
     for (name, p), q in zip(resumed.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
     assert resumed.val_losses[-1] == pytest.approx(eager.val_losses[-1], rel=1e-5)
+
+
+def test_a_training_step_that_calls_its_layers_directly_is_compiled_too(tmp_path):
+    """As Lightning: torch.compile(module) / Trainer(compile=...) compiles the step methods, not only forward
+    (a training_step calling self.net(x) would otherwise run eagerly). The eager backend: tracing, no codegen."""
+    import fulmen
+
+    class Direct(fulmen.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).pow(2).mean()  # never calls forward
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
+    trainer = fulmen.Trainer(max_epochs=1, compile={"backend": "eager"}, logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(Direct(), data)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1

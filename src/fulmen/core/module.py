@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Mapping
+import functools
+from collections.abc import Callable, Generator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -557,8 +558,19 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         return state
 
 
+def _plain_function(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain function calling ``method``: handing dynamo the bound method would make it look the method up on
+    the module again, which is then the compiled wrapper (infinite recursion)."""
+
+    @functools.wraps(method)  # its signature stays readable (the loops inspect training_step's arguments)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return method(*args, **kwargs)
+
+    return call
+
+
 def unwrap_compiled(model: Any) -> LightningModule:
-    """Accept ``torch.compile(module)``: train the original module with its forward compiled.
+    """Accept ``torch.compile(module)``: train the original module with its forward and steps compiled.
 
     Weights, hooks and checkpoints then use the original module (parameter names without ``_orig_mod``).
     """
@@ -567,14 +579,12 @@ def unwrap_compiled(model: Any) -> LightningModule:
         return model  # type: ignore[no-any-return]
     ctx = getattr(model, "dynamo_ctx", None)
     if ctx is not None and orig._compiled_from is None:
-        eager_forward = orig.forward
-
-        # a plain function: handing dynamo the bound method would make it look up `forward` on the
-        # module again, which is this wrapper (infinite recursion)
-        def forward(*args: Any, **kwargs: Any) -> Any:
-            return eager_forward(*args, **kwargs)
-
-        orig.forward = ctx(forward)  # type: ignore[method-assign]
+        # forward and the step methods, as Lightning compiles them: a training_step that calls its layers
+        # directly (self.net(x), not self(x)) is compiled too, its loss included
+        for name in ("forward", "training_step", "validation_step", "test_step", "predict_step"):
+            if name != "forward" and getattr(type(orig), name) is getattr(LightningModule, name):
+                continue  # not implemented by the user: nothing to compile
+            setattr(orig, name, ctx(_plain_function(getattr(orig, name))))
     # bypass nn.Module.__setattr__: registering the wrapper as a submodule would make a cycle
     object.__setattr__(orig, "_compiled_from", model)
     return orig
