@@ -254,6 +254,24 @@ def _failure(output: str) -> str:
     return (errors[-1] if errors else " / ".join(output.strip().splitlines()[-3:]))[:300]
 
 
+def _torchrun_worker(flag: str, outdir: str, device: str, processes: int, name: str, timeout: int) -> bool:
+    """This script's ``flag`` worker under torchrun, one process per device; a failure is reported as ``name``."""
+    import socket
+    import subprocess
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+               OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
+               "--master_addr=127.0.0.1", f"--master_port={port}", __file__, flag, outdir, device]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    if done.returncode != 0:
+        report(name, False, _failure(done.stdout + done.stderr))
+    return done.returncode == 0
+
+
 def ddp_worker(outdir: str, accelerator: str) -> None:
     """One rank of check 4 (started by torchrun): the DDP test module, batch 4 per process."""
     from tests.strategies.ddp_model import Model, loader
@@ -274,25 +292,14 @@ def ddp_worker(outdir: str, accelerator: str) -> None:
 
 
 def check_ddp(device: str) -> None:
-    import socket
-    import subprocess
     import tempfile
 
     from tests.strategies.ddp_model import Model, loader
 
     processes = torch.cuda.device_count() if device == "cuda" else 2
     name = f"DDP, {processes} process(es), {'NCCL' if device == 'cuda' else 'gloo'}"
-    with tempfile.TemporaryDirectory() as outdir, socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-                   OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
-                   "--master_addr=127.0.0.1", f"--master_port={port}", __file__, "--ddp-worker", outdir, device]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-        if done.returncode != 0:
-            report(name, False, _failure(done.stdout + done.stderr))
+    with tempfile.TemporaryDirectory() as outdir:
+        if not _torchrun_worker("--ddp-worker", outdir, device, processes, name, timeout=300):
             return
         result = torch.load(f"{outdir}/ddp.pt", weights_only=True)
     reference = Model()
@@ -352,8 +359,6 @@ def fsdp_worker(outdir: str, accelerator: str) -> None:
 def check_fsdp(device: str) -> None:
     """Check 7: FSDP (FSDP2) with NCCL, one process per GPU: the weights of one GPU on the global batch, no host
     sync in the step, an exact resume from a sharded checkpoint, consolidation, and '16-mixed'."""
-    import socket
-    import subprocess
     import tempfile
 
     from tests.strategies.fsdp_model import Wide, indexed_loader
@@ -362,17 +367,8 @@ def check_fsdp(device: str) -> None:
 
     processes = torch.cuda.device_count() if device == "cuda" else 2
     name = f"FSDP, {processes} process(es), {'NCCL' if device == 'cuda' else 'gloo'}"
-    with tempfile.TemporaryDirectory() as outdir, socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-                   OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
-                   "--master_addr=127.0.0.1", f"--master_port={port}", __file__, "--fsdp-worker", outdir, device]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=400)
-        if done.returncode != 0:
-            report(name, False, _failure(done.stdout + done.stderr))
+    with tempfile.TemporaryDirectory() as outdir:
+        if not _torchrun_worker("--fsdp-worker", outdir, device, processes, name, timeout=400):
             return
         result = torch.load(f"{outdir}/fsdp.pt", weights_only=True)
         consolidated = load_consolidated(f"{outdir}/ckpt/epoch=0-step=3.ckpt")
