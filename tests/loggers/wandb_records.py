@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import json
 import struct
+import time
 from typing import Any
 
 _BLOCK = 32768
@@ -39,8 +40,19 @@ def _payloads(data: bytes) -> list[bytes]:
     return out
 
 
-def read_run(folder: str) -> dict[str, Any]:
-    """The run's id / project / name, config, history rows (key -> value) and artifacts."""
+def read_run(folder: str, wait: float = 20.0) -> dict[str, Any]:
+    """The run's id / project / name, config, history rows (key -> value) and artifacts. W&B's own service
+    process writes the file; on a busy machine its run record can land after ``wandb.finish()`` returned, so the
+    file is read again (up to ``wait`` seconds) until that record is there."""
+    deadline = time.monotonic() + wait
+    while True:
+        run = _read_run_once(folder)
+        if "id" in run or time.monotonic() > deadline:
+            return run
+        time.sleep(0.2)
+
+
+def _read_run_once(folder: str) -> dict[str, Any]:
     from wandb.proto import wandb_internal_pb2 as pb
 
     (path,) = glob.glob(f"{folder}/wandb/offline-run-*/run-*.wandb")
