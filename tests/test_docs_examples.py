@@ -157,3 +157,17 @@ def test_distributed_fsdp_example_runs_under_torchrun(tmp_path):
 
     checkpoint = torch.load(tmp_path / "model.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 16 and "blocks.3.mlp.2.weight" in checkpoint["state_dict"]
+
+
+def test_as_lightning_example_runs(tmp_path):
+    """In a fresh interpreter: the alias changes a process's imports for good."""
+    import subprocess
+    import sys
+
+    code = re.search(r"```python\n(.*?)```", (DOCS / "as_lightning.md").read_text(), re.S)
+    assert code is not None
+    (tmp_path / "example.py").write_text(code.group(1))
+    out = subprocess.run([sys.executable, str(tmp_path / "example.py")], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "epoch 0: loss" in out.stdout and "epoch 1: loss" in out.stdout
+    assert out.stdout.rstrip().endswith("fulmen.trainer.trainer 2.6.6 True")

@@ -7,6 +7,7 @@
 
 import logging
 
+from fulmen.as_lightning import install_as_lightning
 from fulmen.callbacks.callback import Callback
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
@@ -71,5 +72,5 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "Callback", "LightningDataModule", "LightningModule", "Trainer", "__version__", "cli_lightning_logo",
-    "seed_everything",
+    "install_as_lightning", "seed_everything",
 ]  # fmt: skip

@@ -25,6 +25,7 @@ How a run is made (each step a method to override, in this order):
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib
 import importlib.util
 import inspect
@@ -69,6 +70,16 @@ _TUNE_HELP = (
 _DEMO_MODEL = "fulmen.demos.digits.DigitsClassifier"
 _DEMO_DATA = "fulmen.demos.digits.DigitsDataModule"
 _AUTOMATIC = "AUTOMATIC"
+
+# Trainer arguments Lightning's Trainer does not have, with their defaults. A config leaves them out while they are
+# at their defaults, so that a config written by fulmen (``--print_config``, the saved config.yaml) also loads in
+# Lightning's LightningCLI, which refuses keys it does not know.
+_FULMEN_ONLY_TRAINER_ARGS = ("matmul_precision", "compile", "auto_scale_batch_size", "auto_lr_find",
+                             "stochastic_weight_avg")  # fmt: skip
+
+# Set while `fulmen ...` (main) runs the CLI on its command line: its `args` are then the command line itself
+_ARGS_ARE_THE_COMMAND_LINE: contextvars.ContextVar[bool] = contextvars.ContextVar("_args_are_the_command_line",
+                                                                                 default=False)  # fmt: skip
 
 
 class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -150,7 +161,7 @@ class LightningArgumentParser(_ParserBase):  # type: ignore[misc,valid-type]
     are named ``PL_<SUBCOMMAND>__<KEY>`` with ``default_env=True``."""
 
     def __init__(
-        self, *args: Any, description: str = "fulmen: train PyTorch models.", env_prefix: str = "PL",
+        self, *args: Any, description: str = "Lightning Trainer command line tool", env_prefix: str = "PL",
         default_env: bool = False, **kwargs: Any,
     ) -> None:  # fmt: skip
         if not _JSONARGPARSE_AVAILABLE:
@@ -162,6 +173,11 @@ class LightningArgumentParser(_ParserBase):  # type: ignore[misc,valid-type]
         self.callback_keys: list[str] = []
         self.optimizers: dict[str, tuple[Any, str]] = {}
         self.lr_schedulers: dict[str, tuple[Any, str]] = {}
+
+    def dump(self, cfg: Any, *args: Any, **kwargs: Any) -> str:
+        """The config as text (``--print_config``, the saved config.yaml), without the fulmen-only trainer
+        arguments left at their defaults: see ``_FULMEN_ONLY_TRAINER_ARGS``."""
+        return super().dump(_without_default_fulmen_args(cfg), *args, **kwargs)  # type: ignore[no-any-return]
 
     def add_lightning_class_args(
         self, lightning_class: Any, nested_key: str, subclass_mode: bool = False, required: bool = True
@@ -220,6 +236,24 @@ class LightningArgumentParser(_ParserBase):  # type: ignore[misc,valid-type]
             self.add_class_arguments(given, nested_key, fail_untyped=False, instantiate=False, skip=skip,
                                      sub_configs=True)  # fmt: skip
         registry[nested_key] = (given, link_to)
+
+
+def _without_default_fulmen_args(cfg: Any) -> Any:
+    trainer = cfg.get("trainer") if isinstance(cfg, Namespace) else None
+    if not isinstance(trainer, Namespace):
+        return cfg
+    defaults = inspect.signature(Trainer).parameters
+    at_default = [k for k in _FULMEN_ONLY_TRAINER_ARGS if k in trainer and _same(trainer[k], defaults[k].default)]
+    if not at_default:
+        return cfg
+    cfg = cfg.clone()
+    for key in at_default:
+        del cfg["trainer"][key]
+    return cfg
+
+
+def _same(value: Any, default: Any) -> bool:
+    return type(value) is type(default) and bool(value == default)
 
 
 def _class_path_config(class_type: Any, value: Any) -> dict[str, Any] | None:
@@ -324,6 +358,7 @@ class LightningCLI:
         trainer_defaults: dict[str, Any] | None = None,
         seed_everything_default: bool | int = True,
         parser_kwargs: dict[str, Any] | dict[str, dict[str, Any]] | None = None,
+        parser_class: type[LightningArgumentParser] = LightningArgumentParser,
         subclass_mode_model: bool = False,
         subclass_mode_data: bool = False,
         args: list[str] | dict[str, Any] | Any | None = None,
@@ -338,6 +373,7 @@ class LightningCLI:
         self.trainer_class = trainer_class
         self.trainer_defaults = trainer_defaults or {}
         self.seed_everything_default = seed_everything_default
+        self.parser_class = parser_class
         self.subclass_mode_model = model_class is None or subclass_mode_model
         self.subclass_mode_data = datamodule_class is None or subclass_mode_data
         self.auto_configure_optimizers = auto_configure_optimizers
@@ -370,7 +406,7 @@ class LightningCLI:
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """A parser with ``-c/--config`` (and ``--print_config``, whose output starts with fulmen's version)."""
-        parser = LightningArgumentParser(**kwargs)
+        parser = self.parser_class(**kwargs)
         parser.add_argument("-c", "--config", action=ActionConfigFile, help="YAML config file (repeatable).")
         if hasattr(parser, "dump_header"):
             parser.dump_header = [f"fulmen=={__version__}"]
@@ -482,7 +518,7 @@ class LightningCLI:
             parser.link_arguments(key, link_to, compute_fn=lambda value, c=class_type: _class_path_config(c, value))
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        if args is not None and len(sys.argv) > 1:
+        if args is not None and len(sys.argv) > 1 and not _ARGS_ARE_THE_COMMAND_LINE.get():
             rank_zero_warn(
                 f"LightningCLI's args parameter is given ({args!r}) and so are command-line arguments "
                 f"(sys.argv[1:]={sys.argv[1:]}): only args is parsed."
@@ -701,11 +737,15 @@ class LightningCLI:
             )
 
     def _tune(self) -> None:
-        """1.x's ``tune`` subcommand: ``trainer.tune``; the learning-rate finder when nothing else is asked."""
+        """1.x's ``tune`` subcommand: ``trainer.tune``; the learning-rate finder when neither finder flag is
+        given (1.x then ran nothing at all: a ``tune`` that tunes nothing is not what anyone asks for)."""
         trainer = self.trainer
-        if not trainer.auto_scale_batch_size and not trainer.auto_lr_find:
-            trainer.auto_lr_find = True
-        result = trainer.tune(self.model, datamodule=self.datamodule)
+        if trainer.auto_scale_batch_size or trainer.auto_lr_find:
+            result = trainer.tune(self.model, datamodule=self.datamodule)
+        else:  # the flags are the Trainer's read-only configuration: run the finder directly
+            from fulmen.tuner import Tuner
+
+            result = {"scale_batch_size": None, "lr_find": Tuner(trainer).lr_find(self.model, datamodule=self.datamodule)}
         if not trainer.is_global_zero:
             return
         if result["scale_batch_size"] is not None:
@@ -772,12 +812,11 @@ def main(argv: list[str] | None = None) -> None:
         # on stderr: `fulmen fit --print_config > cfg.yaml` must leave a config that `--config cfg.yaml` reads
         print(f"No --model given: the bundled digits demo (fulmen {argv[0]} --help for options).", file=sys.stderr)
     # the CLI reads the command line as rewritten (the demo's model added), as if it had been typed
-    saved = sys.argv
-    sys.argv = [saved[0] if saved else "fulmen", *argv]
+    token = _ARGS_ARE_THE_COMMAND_LINE.set(True)
     try:
-        LightningCLI()
+        LightningCLI(args=argv)
     finally:
-        sys.argv = saved
+        _ARGS_ARE_THE_COMMAND_LINE.reset(token)
 
 
 __all__ = [

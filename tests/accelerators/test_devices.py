@@ -18,7 +18,7 @@ from fulmen.utilities.exceptions import MisconfigurationException
 
 @pytest.mark.parametrize(("devices", "count"), [("auto", 1), (1, 1), (3, 3), ("2", 2), (" 4 ", 4)])
 def test_cpu_devices_count_processes(devices, count):
-    assert CPUAccelerator().parse_devices(devices) == [torch.device("cpu")] * count
+    assert CPUAccelerator().resolve_devices(devices) == [torch.device("cpu")] * count
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,7 @@ def four_gpus(monkeypatch):
      ([1, 3], [1, 3]), ("0,2", [0, 2]), ("3,", [3]), ((2,), [2])],
 )  # fmt: skip
 def test_cuda_devices(four_gpus, devices, indices):
-    assert CUDAAccelerator().parse_devices(devices) == [torch.device("cuda", i) for i in indices]
+    assert CUDAAccelerator().resolve_devices(devices) == [torch.device("cuda", i) for i in indices]
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_cuda_devices(four_gpus, devices, indices):
 )  # fmt: skip
 def test_cuda_devices_refused(four_gpus, devices, match):
     with pytest.raises(MisconfigurationException, match=match):
-        CUDAAccelerator().parse_devices(devices)
+        CUDAAccelerator().resolve_devices(devices)
 
 
 def test_ddp_uses_the_listed_gpus(four_gpus, monkeypatch):
@@ -67,10 +67,13 @@ def test_ddp_uses_the_listed_gpus(four_gpus, monkeypatch):
     assert trainer.device_ids == [2, 3] and trainer.num_devices == 2
 
 
-def test_mps_has_one_device():
-    assert MPSAccelerator().parse_devices("auto") == [torch.device("mps", 0)]
+def test_mps_has_one_device(monkeypatch):
+    with pytest.raises(MisconfigurationException, match="this machine has no MPS device"):
+        MPSAccelerator().resolve_devices(1)
+    monkeypatch.setattr(MPSAccelerator, "is_available", staticmethod(lambda: True))  # an Apple silicon Mac
+    assert MPSAccelerator().resolve_devices("auto") == [torch.device("mps", 0)]
     with pytest.raises(MisconfigurationException, match="one MPS device"):
-        MPSAccelerator().parse_devices(2)
+        MPSAccelerator().resolve_devices(2)
 
 
 @pytest.mark.parametrize(("flag", "package"), [("tpu", "torch_xla"), ("hpu", "habana_frameworks")])
@@ -96,6 +99,6 @@ def test_tpu_runs_on_the_device_torch_xla_gives(monkeypatch):
     for name, module in fake.items():
         monkeypatch.setitem(sys.modules, name, module)
     accelerator = select_accelerator("tpu")
-    assert accelerator.name == "tpu" and accelerator.parse_devices("auto") == [torch.device("cpu")]
-    with pytest.raises(MisconfigurationException, match="one TPU device"):
-        accelerator.parse_devices(8)
+    assert accelerator.name == "tpu" and accelerator.resolve_devices("auto") == [torch.device("cpu")]
+    with pytest.raises(MisconfigurationException, match="one XLA device"):
+        accelerator.resolve_devices(8)

@@ -43,8 +43,21 @@ def test_every_hook_is_called_as_lightning_calls_it(tmp_path):
 
 
 def test_unknown_hook_and_non_callable_are_refused():
-    with pytest.raises(TypeError, match="'on_train_step_end'.*not a hook"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'on_train_step_end'"):
         LambdaCallback(on_train_step_end=print)
     with pytest.raises(TypeError, match="on_fit_start=3"):
         LambdaCallback(on_fit_start=3)
     assert LambdaCallback(on_fit_start=None).on_fit_start.__func__ is LambdaCallback.on_fit_start
+
+
+@oracle.parity
+def test_the_hooks_are_lightnings_keywords_in_lightnings_order():
+    """Positional calls (``LambdaCallback(setup_fn, teardown_fn)``) land on the same hooks as in Lightning."""
+    import inspect
+
+    pl = oracle.lightning()
+    theirs = list(inspect.signature(pl.callbacks.LambdaCallback).parameters)
+    assert list(inspect.signature(LambdaCallback).parameters) == theirs == list(HOOKS)
+    first, second = (lambda *a: None), (lambda *a: None)
+    callback = LambdaCallback(first, second)
+    assert callback.setup is first and callback.teardown is second

@@ -10,6 +10,7 @@ import pytest
 
 from fulmen import Trainer
 from fulmen.demos.boring_classes import BoringModel
+from tests.parity import oracle
 
 rich = pytest.importorskip("rich", reason="the test extras install rich")
 
@@ -47,18 +48,27 @@ def test_rich_to_a_file_prints_the_final_state_once():
     assert len(out.splitlines()) <= 3  # the bar and the metrics line, not a line per batch
 
 
-def test_rich_in_a_terminal_redraws_at_most_ten_times_a_second():
+@pytest.mark.parametrize("refresh_rate", [10, 100])
+def test_rich_in_a_terminal_redraws_at_most_refresh_rate_times_a_second(refresh_rate):
+    """``refresh_rate`` is redraws per second (Lightning's meaning); the metrics are read at most ten times a
+    second whatever it is (each read may wait for the device)."""
     buffer = io.StringIO()
-    bar = RichProgressBar(leave=True, theme=RichProgressBarTheme(metrics_format=".1e"),
-                          console_kwargs={"file": buffer, "force_terminal": True, "width": 100})  # fmt: skip
-    draws = []
-    start = time.monotonic()
+    bar = RichProgressBar(refresh_rate=refresh_rate, leave=True, theme=RichProgressBarTheme(metrics_format=".1e"),
+                          console_kwargs={"file": buffer, "force_terminal": True, "width": 120})  # fmt: skip
+    draws, reads = [], []
+    real_get_metrics = bar.get_metrics
+
+    def counted_get_metrics(*args):
+        reads.append(1)
+        return real_get_metrics(*args)
+
+    bar.get_metrics = counted_get_metrics
 
     class Slow(Logged):
         def training_step(self, batch, batch_idx):
             time.sleep(0.002)
             if bar.progress is not None and not getattr(bar.progress, "counted", False):
-                bar.progress.counted = True
+                bar.progress.counted = True  # each epoch has its own display (leave=True)
                 real = bar.progress.refresh
 
                 def counted():
@@ -70,12 +80,16 @@ def test_rich_in_a_terminal_redraws_at_most_ten_times_a_second():
 
     trainer = Trainer(max_epochs=2, limit_train_batches=100, limit_val_batches=3, callbacks=[bar], logger=False,
                       enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+    start = time.monotonic()
     trainer.fit(Slow())
     elapsed = time.monotonic() - start
-    # 200 training batches: at most 10 redraws a second, plus the forced ones at epoch and run boundaries
-    assert len(draws) <= 10 * elapsed + 20 < 200
+    # 200 training batches: at most refresh_rate redraws a second, plus the forced ones at epoch and run boundaries
+    assert 2 < len(draws) <= refresh_rate * elapsed + 20
+    if refresh_rate == 10:
+        assert len(draws) < 200
+    assert len(reads) <= 10 * elapsed + 10 < 200
     out = buffer.getvalue()
-    assert "Epoch 0" in out and "Epoch 1" in out  # leave=True: one bar per epoch
+    assert "Epoch 0/1" in out and "Epoch 1/1" in out  # leave=True: one bar per epoch
     assert "train_loss: " in out and "e+" in out.split("train_loss: ")[-1][:12]  # the theme's format
 
 
@@ -174,15 +188,15 @@ def test_tqdm_has_a_bar_per_stage_restarted_per_dataloader(monkeypatch):
     model = TwoLoaders()
     trainer.fit(model)
     sanity = _RecordingTqdm.made[0]
-    assert sanity.descriptions == ["Sanity Checking DataLoader 0: ", "Sanity Checking DataLoader 1: "]
+    assert sanity.descriptions == ["Sanity Checking DataLoader 0", "Sanity Checking DataLoader 1"]
     assert sanity.totals == [3, 3] and not sanity.leave
     assert bar.val_progress_bar.totals == [6, 4] and bar.val_progress_bar.n_values == [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4]
-    assert bar.val_progress_bar.descriptions == ["Validation DataLoader 0: ", "Validation DataLoader 1: "]
+    assert bar.val_progress_bar.descriptions == ["Validation DataLoader 0", "Validation DataLoader 1"]
     trainer.test(model, verbose=False)
     assert bar.test_progress_bar.totals == [6, 4] and bar.test_progress_bar.leave
-    assert bar.test_progress_bar.descriptions == ["Testing DataLoader 0: ", "Testing DataLoader 1: "]
+    assert bar.test_progress_bar.descriptions == ["Testing DataLoader 0", "Testing DataLoader 1"]
     trainer.predict(model)
-    assert bar.predict_progress_bar.descriptions == ["Predicting DataLoader 0: ", "Predicting DataLoader 1: "]
+    assert bar.predict_progress_bar.descriptions == ["Predicting DataLoader 0", "Predicting DataLoader 1"]
 
 
 def test_tqdm_numbers_prints_and_pickling(monkeypatch, capsys):
@@ -210,3 +224,105 @@ def test_tqdm_numbers_prints_and_pickling(monkeypatch, capsys):
 
     monkeypatch.setenv("TQDM_MINITERS", "5")
     assert TQDMProgressBar(refresh_rate=2).refresh_rate == 5
+
+
+_FORMAT_NUM_CASES = [
+    1, 7, 123456, True, 1.0, 0.12, 12.3456, 123.456, 1234.5678, 99999.0, 1e-5, 0.0001234, 0.0005, -1.5, -12.34,
+    -123.4, -0.0001, 0.0, -0.0, float("nan"), float("inf"), 1.5e300, 2**60,
+    "1.5", "7", "1234", "12345", "12345.678", "1e-5", "1E3", "nan", "x", "x.y", "abcdef", "", ".",
+]  # fmt: skip
+
+
+@oracle.parity
+def test_tqdm_format_num_and_convert_inf_are_lightnings():
+    oracle.lightning()
+    from lightning.pytorch.callbacks.progress import tqdm_progress as theirs
+
+    from fulmen.callbacks.progress import tqdm_progress as ours
+
+    assert [ours.Tqdm.format_num(v) for v in _FORMAT_NUM_CASES] == [
+        theirs.Tqdm.format_num(v) for v in _FORMAT_NUM_CASES
+    ]
+    for value in (None, float("inf"), -float("inf"), float("nan"), 0, 3, 2.5):
+        assert repr(ours.convert_inf(value)) == repr(theirs.convert_inf(value))
+
+
+def test_tqdm_takes_tqdms_positional_arguments():
+    from fulmen.callbacks.progress.tqdm_progress import Tqdm
+
+    out = io.StringIO()
+    bar = Tqdm(range(3), "counting", file=out, ncols=0)  # tqdm(iterable, desc, ...)
+    assert list(bar) == [0, 1, 2] and bar.desc == "counting"
+    assert "counting: 100% 3/3" in out.getvalue()
+
+
+class _FailsInEpoch1(BoringModel):
+    def training_step(self, batch, batch_idx):
+        if self.current_epoch == 1 and batch_idx == 3:
+            raise ValueError("boom")
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_tqdm_bars_are_finished_when_an_exception_ends_the_run(monkeypatch, terminal):
+    import sys
+
+    from fulmen.callbacks import TQDMProgressBar
+
+    class Stream(io.StringIO):
+        def isatty(self):
+            return terminal
+
+    out = Stream()
+    monkeypatch.setattr(sys, "stdout", out)
+    bar = TQDMProgressBar()
+    trainer = Trainer(max_epochs=3, limit_train_batches=10, limit_val_batches=2, callbacks=[bar], logger=False,
+                      enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+    with pytest.raises(ValueError, match="boom"):
+        trainer.fit(_FailsInEpoch1())
+    text = out.getvalue()
+    # the epoch the exception ended is on screen as far as it went, and the output ends with a new line: what
+    # the program prints next starts on a line of its own, below the bar
+    assert text.endswith("\n") and "3/10" in text.rsplit("Epoch 1", 1)[-1]
+    assert bar._train_progress_bar.disable and bar._val_progress_bar.disable  # closed: nothing left for exit
+    if not terminal:
+        assert [line.split("%")[0] for line in text.splitlines()] == ["Epoch 0: 100", "Epoch 1:  30"]
+
+
+_SCRIPT = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import fulmen
+
+class Model(fulmen.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        if self.current_epoch == 1 and batch_idx == 3:
+            raise ValueError("boom")
+        return self.layer(batch[0]).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+trainer = fulmen.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_model_summary=False)
+try:
+    trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(20, 2)), batch_size=2))
+except ValueError:
+    print("MARKER after the failed fit", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_output_after_a_failed_fit_comes_after_the_bar(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "MARKER after the failed fit", lines
+    assert lines[-2].startswith("Epoch 1:  30% 3/10"), lines

@@ -129,8 +129,8 @@ def test_the_one_x_flag_and_errors():
     swa = [cb for cb in trainer.callbacks if isinstance(cb, StochasticWeightAveraging)]
     assert len(swa) == 1 and swa[0].swa_lrs is None and swa[0].swa_epoch_start == 0.8
     six = fulmen.Trainer(max_epochs=6, logger=False)
-    assert StochasticWeightAveraging(swa_epoch_start=0.5).swa_start(six) == 3  # a fraction: epoch index 3
-    assert StochasticWeightAveraging(swa_epoch_start=3).swa_start(six) == 2  # 1-based: the third epoch
+    assert StochasticWeightAveraging(0.1, swa_epoch_start=0.5).swa_start(six) == 3  # a fraction: epoch index 3
+    assert StochasticWeightAveraging(0.1, swa_epoch_start=3).swa_start(six) == 2  # 1-based: the third epoch
 
     class TwoOptimizers(Module):
         def training_step(self, batch, batch_idx, optimizer_idx):
@@ -155,14 +155,14 @@ def test_the_one_x_flag_and_errors():
         (TwoSchedulers(False), "one learning-rate"),
     ):
         with pytest.raises(MisconfigurationException, match=match):  # before any training step
-            fulmen.Trainer(max_epochs=1, logger=False, callbacks=[StochasticWeightAveraging(), Look()]).fit(
+            fulmen.Trainer(max_epochs=1, logger=False, callbacks=[StochasticWeightAveraging(0.1), Look()]).fit(
                 model, loader()
             )
     assert seen == []
     for bad, match in (({"swa_epoch_start": 0}, "swa_epoch_start=0"), ({"swa_lrs": -1.0}, "swa_lrs=-1.0"),
                        ({"annealing_strategy": "step"}, "annealing_strategy='step'")):  # fmt: skip
         with pytest.raises(MisconfigurationException, match=match):
-            StochasticWeightAveraging(**bad)
+            StochasticWeightAveraging(**{"swa_lrs": 0.1, **bad})
 
 
 def test_a_step_scheduler_is_swapped_with_a_warning_and_int_rates_are_refused(caplog):

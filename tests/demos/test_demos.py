@@ -19,15 +19,16 @@ QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False
 
 
 def _text(root):
-    folder = root / "wikitext-2"
-    folder.mkdir(parents=True)
+    """The corpus where Lightning's WikiText2 reads it: ``<data_dir>/wikitext-2.txt``."""
+    root.mkdir(parents=True, exist_ok=True)
     words = ["the", "cat", "sat", "on", "the", "mat", "and", "the", "dog", "sat", "on", "the", "log"]
-    (folder / "train.txt").write_text("\n".join(" ".join(words[i:] + words[:i]) for i in range(12)))
+    (root / "wikitext-2.txt").write_text("\n".join(" ".join(words[i:] + words[:i]) for i in range(12)))
     return root
 
 
-def test_wikitext2_blocks_and_the_transformer_trains(tmp_path):
-    data = WikiText2(_text(tmp_path), block_size=8, download=False)
+def test_wikitext2_blocks_and_the_transformer_trains(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the module's prepare_data reads ./data/wikitext-2.txt: there, no download
+    data = WikiText2(_text(tmp_path / "data"), block_size=8, download=False)
     inputs, target = data[0]
     assert inputs.shape == target.shape == (8,) and torch.equal(inputs[1:], target[:-1])
     assert data.vocab_size == 9  # 8 words and <eos>
@@ -47,11 +48,14 @@ def test_a_missing_corpus_is_said_and_a_failed_download_leaves_no_file(tmp_path,
     monkeypatch.setattr(urllib.request, "urlretrieve", offline)
     with pytest.raises(RuntimeError, match="could not download"):
         WikiText2(tmp_path)
-    assert not (tmp_path / "wikitext-2" / "train.txt").exists()
+    assert list(tmp_path.iterdir()) == []  # no half-written corpus
+    # a corpus already in place is read, never downloaded again (download=True is the default)
+    assert WikiText2(_text(tmp_path)).vocab_size == 9
 
 
-def test_the_lstm_carries_its_state_over_sequence_batches(tmp_path):
-    data = WikiText2(_text(tmp_path), block_size=4, download=False)
+def test_the_lstm_carries_its_state_over_sequence_batches(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = WikiText2(_text(tmp_path / "data"), block_size=4, download=False)
     sampler = SequenceSampler(data, batch_size=2)
     batches = list(sampler)
     assert len(batches) == len(sampler) == len(data) // 2
@@ -79,16 +83,18 @@ def test_mnist_reads_idx_files_and_the_datamodule_splits(tmp_path):
         images = torch.randint(0, 256, (n, 28, 28), dtype=torch.uint8, generator=g)
         _idx(raw / (f"{prefix}-images-idx3-ubyte" + (".gz" if gz else "")), images, gz)
         _idx(raw / (f"{prefix}-labels-idx1-ubyte" + (".gz" if gz else "")), torch.arange(n, dtype=torch.uint8) % 10, gz)
-    train = MNIST(tmp_path, train=True, download=False)
+    train = MNIST(str(tmp_path), train=True, download=False)
     image, label = train[3]
     assert len(train) == 30 and image.shape == (1, 28, 28) and label == 3
     assert image.mean().item() == pytest.approx(((train.data[3].float() / 255 - 0.1307) / 0.3081).mean().item())
-    dm = MNISTDataModule(str(tmp_path), val_split=5, batch_size=4)
+    dm = MNISTDataModule(str(tmp_path), val_split=5, num_workers=0, batch_size=4)
     dm.prepare_data()
     dm.setup("fit")
-    assert (len(dm.dataset_train), len(dm.dataset_val), len(dm.dataset_test)) == (25, 5, 10)
+    assert (len(dm.dataset_train), len(dm.dataset_val), len(dm.test_dataloader().dataset)) == (25, 5, 10)
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (4, 1, 28, 28) and y.dtype == torch.long
+    assert 0 <= x.min() and x.max() <= 1  # normalize=False: scaled to [0, 1] only
+    assert len(dm.train_dataloader()) == 25 // 4  # the last incomplete batch is dropped
 
 
 def test_cli_lightning_logo_prints_a_banner(capsys):

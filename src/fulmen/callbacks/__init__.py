@@ -14,6 +14,7 @@ from fulmen.utilities.imports import lazy_exports
 if TYPE_CHECKING:
     from fulmen.callbacks.batch_size_finder import BatchSizeFinder
     from fulmen.callbacks.callback import Callback
+    from fulmen.callbacks.checkpoint import Checkpoint
     from fulmen.callbacks.device_stats_monitor import DeviceStatsMonitor
     from fulmen.callbacks.early_stopping import EarlyStopping
     from fulmen.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from fulmen.callbacks.lambda_function import LambdaCallback
     from fulmen.callbacks.lr_finder import LearningRateFinder
     from fulmen.callbacks.lr_monitor import LearningRateMonitor
-    from fulmen.callbacks.model_checkpoint import Checkpoint, ModelCheckpoint
+    from fulmen.callbacks.model_checkpoint import ModelCheckpoint
     from fulmen.callbacks.model_summary import ModelSummary
     from fulmen.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
     from fulmen.callbacks.prediction_writer import BasePredictionWriter, PredictionFileWriter
@@ -42,7 +43,7 @@ _WHERE = {
     "BasePredictionWriter": "prediction_writer",
     "BatchSizeFinder": "batch_size_finder",
     "Callback": "callback",
-    "Checkpoint": "model_checkpoint",
+    "Checkpoint": "checkpoint",
     "DeviceStatsMonitor": "device_stats_monitor",
     "EMAWeightAveraging": "weight_averaging",
     "EarlyStopping": "early_stopping",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from fulmen.callbacks.callback import Callback
+from fulmen.callbacks.checkpoint import Checkpoint
 from fulmen.utilities import cloud_io, distributed_checkpoint
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import WarningCache, rank_zero_info, rank_zero_warn
@@ -25,14 +25,6 @@ if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
 
 _FIELD = re.compile(r"\{([^{}:]+)(?::[^{}]*)?\}")
-
-
-class Checkpoint(Callback):
-    """Base class of checkpointing callbacks (the trainer runs them after the other callbacks, and their
-    epoch-end hooks after the module's, so a metric logged in ``on_train_epoch_end`` can be monitored)."""
-
-    _is_checkpoint_callback = True
-    _is_monitoring_callback = True
 
 
 class ModelCheckpoint(Checkpoint):

@@ -22,7 +22,7 @@ class ModelSummary(Callback):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self._max_depth:
             return
-        self._print(str(summarize(pl_module, max_depth=self._max_depth, **self._kwargs)))
+        self._print(str(summarize(pl_module, max_depth=self._max_depth)))
 
     @staticmethod
     @rank_zero_only

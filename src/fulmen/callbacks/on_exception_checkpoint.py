@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from fulmen.callbacks.model_checkpoint import Checkpoint
+from fulmen.callbacks.checkpoint import Checkpoint
 from fulmen.utilities import cloud_io
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 

@@ -11,13 +11,30 @@ import torch
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities import checkpoint_io, cloud_io
 from fulmen.utilities.apply_func import apply_to_collection
+from fulmen.utilities.enums import LightningEnum
 from fulmen.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
     from fulmen.trainer import Trainer
 
-_INTERVALS = ("batch", "epoch", "batch_and_epoch")
+class WriteInterval(LightningEnum):
+    """When a prediction writer writes: after each batch, at the end of the run's epoch, or both."""
+
+    BATCH = "batch"
+    EPOCH = "epoch"
+    BATCH_AND_EPOCH = "batch_and_epoch"
+
+    @property
+    def on_batch(self) -> bool:
+        return self in (self.BATCH, self.BATCH_AND_EPOCH)
+
+    @property
+    def on_epoch(self) -> bool:
+        return self in (self.EPOCH, self.BATCH_AND_EPOCH)
+
+
+_INTERVALS = tuple(member.value for member in WriteInterval)
 
 
 class BasePredictionWriter(Callback):
@@ -35,7 +52,7 @@ class BasePredictionWriter(Callback):
             raise MisconfigurationException(
                 f"BasePredictionWriter(write_interval={write_interval!r}): choose one of {', '.join(_INTERVALS)}."
             )
-        self.interval = write_interval
+        self.interval = WriteInterval(write_interval)
 
     @property
     def on_batch(self) -> bool:

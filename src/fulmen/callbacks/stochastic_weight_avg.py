@@ -4,7 +4,7 @@ BatchNorm statistics recomputed at the end)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -27,9 +27,10 @@ class StochasticWeightAveraging(Callback):
 
     - ``swa_epoch_start``: an int is a 1-based epoch number (2: the second epoch); a float in (0, 1) a fraction
       of ``max_epochs`` (0.8 of 10 epochs: from epoch index 8, the ninth).
-    - From that epoch on the learning rate follows ``SWALR`` to ``swa_lrs`` (a float, one per parameter group,
-      or ``None`` to keep each group's current rate) over ``annealing_epochs``, stepped once per epoch; the
-      module's own schedulers stop.
+    - From that epoch on the learning rate follows ``SWALR`` to ``swa_lrs`` (a float, or a list with one per
+      parameter group) over ``annealing_epochs``, stepped once per epoch; the module's own schedulers stop.
+      ``swa_lrs`` must be given; ``None`` (what 1.x's ``Trainer(stochastic_weight_avg=True)`` uses) keeps each
+      group's current rate.
     - The weights at the end of every epoch from the start epoch through the last are averaged (``avg_fn``,
       default the running mean) into a copy kept on ``device``. If training stops early once averaging began
       (max_steps, EarlyStopping, max_time), the weights at that point join the average.
@@ -40,10 +41,10 @@ class StochasticWeightAveraging(Callback):
 
     def __init__(
         self,
-        swa_lrs: float | list[float] | None = None,
+        swa_lrs: float | list[float] | None,
         swa_epoch_start: int | float = 0.8,
         annealing_epochs: int = 10,
-        annealing_strategy: str = "cos",
+        annealing_strategy: Literal["cos", "linear"] = "cos",
         avg_fn: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None,
         device: torch.device | str | None = torch.device("cpu"),
     ) -> None:

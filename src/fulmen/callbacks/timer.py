@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
+from fulmen.utilities.enums import LightningEnum
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.parsing import parse_time
 from fulmen.utilities.rank_zero import rank_zero_info
@@ -16,6 +17,13 @@ if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
 
 _STAGES = ("train", "validate", "test", "predict")
+
+
+class Interval(LightningEnum):
+    """How often a ``Timer`` checks its duration: after every training step, or at every epoch end."""
+
+    step = "step"
+    epoch = "epoch"
 
 
 class Timer(Callback):
@@ -29,7 +37,7 @@ class Timer(Callback):
     ) -> None:
         super().__init__()
         parsed = parse_time(duration, flag="Timer(duration)")
-        if interval not in ("step", "epoch"):
+        if interval not in tuple(member.value for member in Interval):
             raise MisconfigurationException(
                 f"Unsupported parameter value Timer(interval={interval!r}). Use 'step' or 'epoch'."
             )
@@ -93,11 +101,11 @@ class Timer(Callback):
         self._end("predict")
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
-        if self._interval == "step" and self._duration is not None:
+        if self._interval == Interval.step and self._duration is not None:
             self._check(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._interval == "epoch" and self._duration is not None:
+        if self._interval == Interval.epoch and self._duration is not None:
             self._check(trainer)
 
     def _check(self, trainer: Trainer) -> None:

@@ -28,7 +28,9 @@ class LightningDataModule(DataHooks, HyperparametersMixin):
     CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
     CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
 
-    def __init__(self) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # arguments are accepted and ignored: a subclass that forwards its own (`super().__init__(*args,
+        # **kwargs)`, as mixin-style classes do) must not break on this base class
         super().__init__()
         self.trainer: Trainer | None = None
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from fulmen.core.optimizer import LightningOptimizer, unwrap_optimizer
 from fulmen.core.saving import load_from_checkpoint, restricted_classmethod
 from fulmen.utilities.apply_func import apply_to_collection
 from fulmen.utilities.clipping import check_clip_algorithm, check_clip_val
+from fulmen.utilities.compile import unwrap_compiled as unwrap_compiled  # where the trainer and tuner find it
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
@@ -556,35 +556,3 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         state = dict(self.__dict__)
         state["_trainer"] = None  # the trainer holds processes/loggers that must not be pickled
         return state
-
-
-def _plain_function(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A plain function calling ``method``: handing dynamo the bound method would make it look the method up on
-    the module again, which is then the compiled wrapper (infinite recursion)."""
-
-    @functools.wraps(method)  # its signature stays readable (the loops inspect training_step's arguments)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return method(*args, **kwargs)
-
-    return call
-
-
-def unwrap_compiled(model: Any) -> LightningModule:
-    """Accept ``torch.compile(module)``: train the original module with its forward and steps compiled.
-
-    Weights, hooks and checkpoints then use the original module (parameter names without ``_orig_mod``).
-    """
-    orig = getattr(model, "_orig_mod", None)
-    if orig is None or not isinstance(orig, LightningModule):
-        return model  # type: ignore[no-any-return]
-    ctx = getattr(model, "dynamo_ctx", None)
-    if ctx is not None and orig._compiled_from is None:
-        # forward and the step methods, as Lightning compiles them: a training_step that calls its layers
-        # directly (self.net(x), not self(x)) is compiled too, its loss included
-        for name in ("forward", "training_step", "validation_step", "test_step", "predict_step"):
-            if name != "forward" and getattr(type(orig), name) is getattr(LightningModule, name):
-                continue  # not implemented by the user: nothing to compile
-            setattr(orig, name, ctx(_plain_function(getattr(orig, name))))
-    # bypass nn.Module.__setattr__: registering the wrapper as a submodule would make a cycle
-    object.__setattr__(orig, "_compiled_from", model)
-    return orig

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from fulmen.strategies.strategy import Strategy
 
 
-def _no_closure() -> None:
+def do_nothing_closure() -> None:
+    """The closure a step runs when it was given none (and the after-step callback when none is set)."""
     return None
 
 
@@ -30,7 +31,7 @@ class LightningOptimizer:
         # below makes isinstance(wrapper, type(optimizer)) true.
         self._optimizer = optimizer
         self._strategy: Strategy | None = None
-        self._on_after_step: Callable[[], None] = _no_closure
+        self._on_after_step: Callable[[], None] = do_nothing_closure
         self.__class__ = type(
             "Lightning" + optimizer.__class__.__name__, (self.__class__, optimizer.__class__), {}
         )
@@ -46,7 +47,7 @@ class LightningOptimizer:
 
     def count_steps(self, counter: Callable[[], None] | None) -> None:
         """Call ``counter`` after every ``step()`` (manual optimization counts its global steps this way)."""
-        self._on_after_step = counter if counter is not None else _no_closure
+        self._on_after_step = counter if counter is not None else do_nothing_closure
 
     @classmethod
     def _to_lightning_optimizer(cls, optimizer: Any, strategy: Strategy) -> LightningOptimizer:
@@ -85,7 +86,7 @@ class LightningOptimizer:
         ``closure`` (when given) runs forward and backward; optimizers like LBFGS call it several times.
         """
         if closure is None:
-            closure = _no_closure
+            closure = do_nothing_closure
         elif not callable(closure):
             raise TypeError(f"LightningOptimizer.step(closure={closure!r}): the closure must be callable.")
         if self._strategy is None:

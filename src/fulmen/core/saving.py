@@ -9,17 +9,23 @@ another class.
 
 from __future__ import annotations
 
+import ast
+import csv
 import functools
 import importlib
 import inspect
+import io
 import os
-from collections.abc import Callable
+from argparse import Namespace
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import torch
 
 from fulmen.utilities import checkpoint_io, distributed_checkpoint
+from fulmen.utilities.migration import pl_legacy_patch
+from fulmen.utilities.migration.utils import _pl_migrate_checkpoint
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 T = TypeVar("T")
@@ -70,6 +76,56 @@ def save_hparams_to_yaml(config_yaml: str | Path, hparams: Any, use_omegaconf: b
     if folder and not cloud_io.isdir(folder):
         raise RuntimeError(f"Missing folder: {folder}.")
     cloud_io.write_text(config_yaml, hparams_yaml(hparams))
+
+
+def update_hparams(hparams: dict[str, Any], updates: dict[str, Any]) -> None:
+    """Apply ``updates`` to ``hparams`` in place; where both hold a mapping under a key, the update goes into
+    it key by key (``{"a": {"b": 4}}`` changes ``a.b`` and keeps ``a``'s other keys)."""
+    for key, value in updates.items():
+        current = hparams.get(key)
+        if isinstance(value, MutableMapping) and isinstance(current, MutableMapping):
+            update_hparams(current, value)  # type: ignore[arg-type]
+        else:
+            hparams[key] = value
+
+
+def convert(val: str) -> int | float | bool | str:
+    """A value read back from a tags CSV: the Python literal it spells (``"1"`` -> 1, ``"True"`` -> True,
+    ``"[1, 2]"`` -> [1, 2], ``"None"`` -> None), else the string itself."""
+    try:
+        return ast.literal_eval(val)  # type: ignore[no-any-return]
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return val
+
+
+def load_hparams_from_tags_csv(tags_csv: str | Path) -> dict[str, Any]:
+    """The hyperparameters of a ``key,value`` CSV file (see :func:`save_hparams_to_tags_csv`), each value
+    through :func:`convert`; ``{}`` with a warning when the file does not exist."""
+    from fulmen.utilities import cloud_io
+
+    if not cloud_io.exists(tags_csv):
+        rank_zero_warn(f"Missing Tags: {os.fspath(tags_csv)}.", category=RuntimeWarning)
+        return {}
+    text = cloud_io.read_bytes(tags_csv).decode("utf-8")
+    rows = list(csv.reader(io.StringIO(text, newline="")))[1:]  # the first row is the header
+    return {row[0]: convert(row[1]) for row in rows if len(row) >= 2}
+
+
+def save_hparams_to_tags_csv(tags_csv: str | Path, hparams: dict[str, Any] | Namespace) -> None:
+    """Write ``hparams`` (a dict or Namespace) as a ``key,value`` CSV file, values as their ``str()``; its
+    folder must exist."""
+    from fulmen.utilities import cloud_io
+
+    folder = cloud_io.dirname(cloud_io.local(tags_csv))
+    if folder and not cloud_io.isdir(folder):
+        raise RuntimeError(f"Missing folder: {folder}. Create it before saving {os.fspath(tags_csv)!r}.")
+    if isinstance(hparams, Namespace):
+        hparams = vars(hparams)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["key", "value"])
+    writer.writerows(hparams.items())  # None is written as an empty field
+    cloud_io.write_text(tags_csv, buffer.getvalue())
 
 
 HPARAMS_LEFT_OUT_SUFFIX = "_left_out"  # "hyper_parameters_left_out": the objects a checkpoint does not store
@@ -183,7 +239,10 @@ def load_from_checkpoint(
     if distributed_checkpoint.is_sharded_checkpoint(checkpoint_path):  # an FSDP run's directory: read it whole
         checkpoint = distributed_checkpoint.load_consolidated(checkpoint_path)
     else:
-        checkpoint = checkpoint_io.load(checkpoint_path, map_location="cpu", weights_only=weights_only is not False)
+        with pl_legacy_patch():  # a file of an old Lightning version may have pickled its objects
+            checkpoint = checkpoint_io.load(checkpoint_path, map_location="cpu", weights_only=weights_only is not False)
+    # an old version's layout -> today's
+    checkpoint = _pl_migrate_checkpoint(checkpoint, checkpoint_path if isinstance(checkpoint_path, str | Path) else None)
     is_datamodule = issubclass(cls, LightningDataModule)
     key = cls.CHECKPOINT_HYPER_PARAMS_KEY  # type: ignore[attr-defined]
     if key not in checkpoint and not is_datamodule:

@@ -8,9 +8,10 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Sampler
 
 from fulmen.core.module import LightningModule
+from fulmen.demos.transformer import WikiText2
 
 
 class SimpleLSTM(nn.Module):
@@ -28,6 +29,10 @@ class SimpleLSTM(nn.Module):
         self.decoder = nn.Linear(nhid, vocab_size)
         self.nlayers = nlayers
         self.nhid = nhid
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Small uniform embedding and decoder weights, a zero decoder bias."""
         nn.init.uniform_(self.encoder.weight, -0.1, 0.1)
         nn.init.zeros_(self.decoder.bias)
         nn.init.uniform_(self.decoder.weight, -0.1, 0.1)
@@ -62,7 +67,8 @@ class SequenceSampler(Sampler[list[int]]):
 
 
 class LightningLSTM(LightningModule):
-    """Trains :class:`SimpleLSTM`, carrying the hidden state over batches (detached between them)."""
+    """Trains :class:`SimpleLSTM`, carrying the hidden state over batches (detached between them); its data is
+    :class:`WikiText2` in ``./data`` in 20 streams (fetched by ``prepare_data`` when missing)."""
 
     def __init__(self, vocab_size: int = 33278) -> None:
         super().__init__()
@@ -81,6 +87,13 @@ class LightningLSTM(LightningModule):
         loss = nn.functional.nll_loss(output, target.reshape(-1))
         self.log("train_loss", loss, prog_bar=True)
         return loss
+
+    def prepare_data(self) -> None:
+        WikiText2(download=True)
+
+    def train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+        dataset = WikiText2()
+        return DataLoader(dataset, batch_sampler=SequenceSampler(dataset, batch_size=20))
 
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=20.0)

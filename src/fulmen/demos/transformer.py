@@ -1,9 +1,10 @@
 """A small word-level language model for examples: ``Transformer``, the ``WikiText2`` dataset it reads and
 ``LightningTransformer`` that trains it (the names examples import from ``lightning.pytorch.demos``).
 
-``WikiText2`` reads ``<root>/wikitext-2/train.txt`` (a plain text file, one sentence per line); with
-``download=True`` a missing file is fetched from ``WikiText2.url`` first. Without network access, place the
-file there yourself (any text works: the vocabulary is built from it).
+``WikiText2`` reads ``<data_dir>/wikitext-2.txt`` (a plain text file, one sentence per line: the training
+split of WikiText-2); with ``download=True`` a missing file is fetched from ``WikiText2.url`` first, and a file
+already there is never fetched again. Without network access, place the file there yourself (any text works:
+the vocabulary is built from it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from fulmen.core.module import LightningModule
 
@@ -40,8 +41,9 @@ class PositionalEncoding(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder ``nn.Transformer`` over token ids: ``forward(inputs, target)`` returns the logits of
-    the next token at every position of ``target`` (``(batch * sequence, vocab_size)``)."""
+    """Encoder-decoder ``nn.Transformer`` over token ids: ``forward(inputs, target)`` returns the
+    log-probabilities of the next token at every position of ``target`` (``(batch * sequence, vocab_size)``,
+    ready for ``nll_loss``)."""
 
     def __init__(
         self, vocab_size: int = 33278, ninp: int = 200, nhead: int = 2, nhid: int = 200, nlayers: int = 2,
@@ -58,14 +60,19 @@ class Transformer(nn.Module):
         self.decoder = nn.Linear(ninp, vocab_size)
         self.ninp = ninp
 
+    def generate_square_subsequent_mask(self, size: int) -> Tensor:
+        """The attention mask that lets each of ``size`` positions see itself and the positions before it:
+        0 on and below the diagonal, ``-inf`` above."""
+        return torch.triu(torch.full((size, size), float("-inf")), diagonal=1)
+
     def forward(self, inputs: Tensor, target: Tensor, mask: Tensor | None = None) -> Tensor:
         _, length = target.shape
         if mask is None:  # each position sees the positions before it only
-            mask = torch.triu(torch.full((length, length), float("-inf"), device=target.device), diagonal=1)
+            mask = self.generate_square_subsequent_mask(length).to(target.device)
         src = self.pos_encoder(self.embedding(inputs) * math.sqrt(self.ninp))
         tgt = self.pos_encoder(self.embedding(target) * math.sqrt(self.ninp))
         output = self.transformer(src, tgt, tgt_mask=mask)
-        return self.decoder(output).view(-1, self.vocab_size)
+        return torch.log_softmax(self.decoder(output), dim=-1).view(-1, self.vocab_size)
 
 
 class Dictionary:
@@ -100,12 +107,15 @@ class WikiText2(Dataset):  # type: ignore[type-arg]
 
     url = "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/train.txt"
 
-    def __init__(self, root: str | Path = "data", block_size: int = 35, download: bool = True) -> None:
-        self.path = Path(root) / "wikitext-2" / "train.txt"
-        if not self.path.exists():
-            if not download:
-                raise FileNotFoundError(f"WikiText2: {self.path} does not exist; pass download=True or place it there.")
+    def __init__(self, data_dir: Path = Path("./data"), block_size: int = 35, download: bool = True) -> None:
+        super().__init__()
+        self.path = Path(data_dir) / "wikitext-2.txt"
+        if download:
             self.download(self.path)
+        elif not self.path.exists():
+            raise FileNotFoundError(
+                f"WikiText2: {self.path} does not exist. Pass download=True to fetch it, or put a text file there."
+            )
         self.data, self.dictionary = tokenize(self.path)
         self.block_size = block_size
 
@@ -123,6 +133,10 @@ class WikiText2(Dataset):  # type: ignore[type-arg]
 
     @classmethod
     def download(cls, destination: Path) -> None:
+        """Fetch the corpus to ``destination`` unless a file is already there."""
+        destination = Path(destination)
+        if destination.exists():
+            return
         destination.parent.mkdir(parents=True, exist_ok=True)
         partial = destination.with_suffix(".part")
         try:
@@ -132,11 +146,12 @@ class WikiText2(Dataset):  # type: ignore[type-arg]
                 f"WikiText2 could not download {cls.url} ({err}). Without network access, put a text file at "
                 f"{destination} (download=False)."
             ) from err
-        os.replace(partial, destination)  # never a half-written train.txt
+        os.replace(partial, destination)  # never a half-written corpus
 
 
 class LightningTransformer(LightningModule):
-    """Trains :class:`Transformer` on next-word prediction (cross entropy), with SGD."""
+    """Trains :class:`Transformer` on next-word prediction (negative log-likelihood), with SGD; its data is
+    :class:`WikiText2` in ``./data`` (fetched by ``prepare_data`` when missing)."""
 
     def __init__(self, vocab_size: int = 33278) -> None:
         super().__init__()
@@ -148,10 +163,16 @@ class LightningTransformer(LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         inputs, target = batch
         output = self(inputs, target)
-        return nn.functional.nll_loss(torch.log_softmax(output, dim=-1), target.reshape(-1))
+        return nn.functional.nll_loss(output, target.reshape(-1))
 
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def prepare_data(self) -> None:
+        WikiText2(download=True)
+
+    def train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+        return DataLoader(WikiText2())
 
 
 __all__ = ["LightningTransformer", "Transformer", "WikiText2"]

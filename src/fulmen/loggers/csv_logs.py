@@ -47,14 +47,16 @@ class ExperimentWriter:
         if not self.metrics:
             return
         path = self.metrics_file_path
-        new_keys = [k for row in self.metrics for k in row if k not in self.metrics_keys]
-        columns = list(dict.fromkeys(self.metrics_keys + new_keys))
+        # columns in sorted order (``epoch, step, train_loss, val_loss``), re-sorted when a metric appears
+        # later: the header is the same as Lightning's for the same run, so scripts reading columns by
+        # position, or comparing files, work on both
+        columns = sorted({*self.metrics_keys, *(k for row in self.metrics for k in row)})
         if cloud_io.is_remote(path) or (set(columns) != set(self.metrics_keys) and os.path.exists(path)):
             # a new metric appeared (or the store cannot append): rewrite the file whole, atomically
             old = []
             if cloud_io.exists(path):
                 old = list(csv.DictReader(io.StringIO(cloud_io.read_bytes(path).decode("utf-8"))))
-                columns = list(dict.fromkeys([*(old[0].keys() if old else []), *columns]))
+                columns = sorted({*(old[0].keys() if old else []), *columns})
             out = io.StringIO()
             writer = csv.DictWriter(out, fieldnames=columns)
             writer.writeheader()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import re
+import statistics
 from abc import ABC, abstractmethod
 from argparse import Namespace
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from fulmen.loggers.utilities import _scan_checkpoints
 from fulmen.utilities import cloud_io
 from fulmen.utilities.parsing import hparams_yaml
 from fulmen.utilities.rank_zero import rank_zero_only
@@ -83,28 +85,37 @@ def rank_zero_experiment(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return experiment
 
 
+def merge_dicts(
+    dicts: Sequence[Mapping[Any, Any]],
+    agg_key_funcs: Mapping[Any, Any] | None = None,
+    default_func: Callable[[Sequence[float]], float] = statistics.mean,
+) -> dict[Any, Any]:
+    """One dict from several, each key's values (``None`` left out) reduced by ``agg_key_funcs[key]``, else by
+    ``default_func``. Where the values are dicts they are merged the same way, with ``agg_key_funcs[key]`` (a
+    mapping) for their keys: ``merge_dicts([{"a": 1, "b": {"c": 1}}, {"a": 3}], {"b": {"c": sum}})`` is
+    ``{"a": 2, "b": {"c": 1}}``. A key whose values are all ``None`` is left out."""
+    funcs = agg_key_funcs or {}
+    keys = list(dict.fromkeys(key for d in dicts for key in d))  # in order of first appearance
+    merged: dict[Any, Any] = {}
+    for key in keys:
+        values = [d[key] for d in dicts if key in d and d[key] is not None]
+        if not values:
+            continue
+        func = funcs.get(key)
+        if all(isinstance(v, Mapping) for v in values):
+            merged[key] = merge_dicts(values, func if isinstance(func, Mapping) else None, default_func)
+        else:
+            merged[key] = (func or default_func)(values)
+    return merged
+
+
 def scan_checkpoints(checkpoint_callback: Any, logged: dict[str, float]) -> list[tuple[float, str, Any, list[str]]]:
     """The checkpoints of ``checkpoint_callback`` not logged yet (``logged``: path -> modification time when
     it was logged), oldest first, as ``(mtime, path, score, aliases)``: every one is "latest" when logged, and
     the best one also "best" (the aliases W&B and MLflow artifacts carry)."""
-    scores: dict[str, Any] = {}
-    last = getattr(checkpoint_callback, "last_model_path", "")
-    if last:
-        scores[last] = getattr(checkpoint_callback, "current_score", None)
     best = getattr(checkpoint_callback, "best_model_path", "")
-    if best:
-        scores[best] = getattr(checkpoint_callback, "best_model_score", None)
-    scores.update(getattr(checkpoint_callback, "best_k_models", {}) or {})
-    found = []
-    for path, score in scores.items():
-        if not path or not cloud_io.isfile(path):
-            continue
-        mtime = cloud_io.modified(path)
-        if path in logged and logged[path] >= mtime:
-            continue
-        aliases = ["latest", "best"] if path == best else ["latest"]
-        found.append((mtime, path, score, aliases))
-    return sorted(found)
+    return [(mtime, path, score, ["latest", "best"] if path == best else ["latest"])
+            for mtime, path, score, _ in _scan_checkpoints(checkpoint_callback, logged)]  # fmt: skip
 
 
 class CheckpointUploads:
@@ -203,4 +214,4 @@ class DummyLogger(Logger):
         pass
 
 
-__all__ = ["DummyLogger", "Logger", "rank_zero_only"]
+__all__ = ["DummyLogger", "Logger", "merge_dicts", "rank_zero_only"]

@@ -24,7 +24,7 @@ class NeptuneLogger(Logger):
 
     def __init__(
         self,
-        *,
+        *args: Any,
         api_key: str | None = None,
         project: str | None = None,
         name: str | None = None,
@@ -33,6 +33,11 @@ class NeptuneLogger(Logger):
         prefix: str = "training",
         **neptune_run_kwargs: Any,
     ) -> None:
+        if args:  # `*args` only mirrors Lightning's signature: every setting is named
+            raise TypeError(
+                f"NeptuneLogger takes keyword arguments only, got {len(args)} positional: {args!r}. Name them, e.g. "
+                "NeptuneLogger(project='workspace/project', api_key=...)."
+            )
         require("neptune", "neptune", "NeptuneLogger")
         self._api_key = api_key
         self._project = project

@@ -81,6 +81,7 @@ class EvaluationLoop:
                 self.has_run = True
             hooks.call_callbacks(f"on_{stage}_end")
             hooks.call_module(f"on_{stage}_end")
+            self.results.release_metrics()
             if hooks.module_overrides(f"on_{stage}_model_train") or module is None:
                 hooks.call_module(f"on_{stage}_model_train")
             else:  # each submodule back in its own mode (one the user froze with .eval() stays in eval)

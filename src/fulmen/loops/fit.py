@@ -334,6 +334,7 @@ class FitLoop:
             dispatch.call_module("on_train_epoch_end")
             dispatch.call_callbacks("on_train_epoch_end", monitoring=True)
             context.metrics.on_train_epoch_end(self.results)
+            self.results.release_metrics()
         context.stop.agree(context.strategy)
         if not hooks or self.epoch_loop.num_ready_batches_reached():
             self.epoch_loop.update_lr_schedulers("epoch", plateau=True)

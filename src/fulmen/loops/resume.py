@@ -159,7 +159,9 @@ def loops_state_dict(fit: FitLoop) -> dict[str, Any]:
 def state_from_lightning(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """Where a checkpoint written by Lightning stopped, from its progress counters (no RNG: not bitwise)."""
     fit = checkpoint.get("loops", {}).get("fit_loop", {})
-    epochs = fit.get("epoch_progress", {}).get("total", {})
+    # the epoch counts of this run (`current`), which Lightning's current_epoch is: checkpoints upgraded from
+    # before 1.6 record the epoch there only (their `total` is zero)
+    epochs = fit.get("epoch_progress", {}).get("current", {})
     batches = fit.get("epoch_loop.batch_progress", {})
     cur, tot = batches.get("current", {}), batches.get("total", {})
     bts = fit.get("epoch_loop.state_dict", {}).get("_batches_that_stepped", 0)

@@ -275,7 +275,7 @@ class TrainingEpochLoop:
                     self._warnings.warn(
                         f"ReduceLROnPlateau conditioned on metric {config.monitor!r} which is not available but "
                         "strict is set to `False`: the scheduler is not stepped.",
-                        RuntimeWarning,
+                        category=RuntimeWarning,
                     )
                     continue
             context.hooks.call_module_idx(

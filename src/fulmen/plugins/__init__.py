@@ -4,8 +4,14 @@
   ``MixedPrecision("16-mixed", "cuda", scaler=torch.amp.GradScaler(init_scale=2.0**10))``;
 - a ``CheckpointIO`` (``TorchCheckpointIO``, ``AsyncCheckpointIO``, or your own): how checkpoints are written,
   read and removed;
-- a cluster environment (``SLURMEnvironment``, ``TorchElasticEnvironment``, ``LightningEnvironment``): which
-  launcher's variables give the ranks (``fulmen.plugins.environments``).
+- a cluster environment (``SLURMEnvironment``, ``TorchElasticEnvironment``, ``LightningEnvironment``,
+  ``KubeflowEnvironment``, ``LSFEnvironment``, ``MPIEnvironment``): which launcher's variables give the ranks
+  (``fulmen.plugins.environments``);
+- a ``LayerSync`` (``TorchSyncBatchNorm``, what ``sync_batchnorm=True`` means, or your own): which layers
+  synchronise across processes.
+
+Lightning's own objects of these kinds (a Lightning Fabric ``CheckpointIO`` or cluster environment, e.g. from a
+library written for Lightning) are accepted as well.
 
 Each class loads from its module on first use.
 """
@@ -23,10 +29,14 @@ if TYPE_CHECKING:
         SLURMEnvironment,
         TorchElasticEnvironment,
     )
-    from fulmen.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+    from fulmen.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO, XLACheckpointIO
+    from fulmen.plugins.layer_sync import LayerSync, TorchSyncBatchNorm
     from fulmen.plugins.precision import (
+        BitsandbytesPrecision,
+        DeepSpeedPrecision,
         DoublePrecision,
         DoublePrecisionPlugin,
+        FSDPPrecision,
         HalfPrecision,
         HalfPrecisionPlugin,
         MixedPrecision,
@@ -34,10 +44,20 @@ if TYPE_CHECKING:
         NativeMixedPrecisionPlugin,
         Precision,
         PrecisionPlugin,
+        TransformerEnginePrecision,
+        XLAPrecision,
     )
 
 _WHERE = {
     "AsyncCheckpointIO": "io",
+    "BitsandbytesPrecision": "precision",
+    "DeepSpeedPrecision": "precision",
+    "FSDPPrecision": "precision",
+    "LayerSync": "layer_sync",
+    "TorchSyncBatchNorm": "layer_sync",
+    "TransformerEnginePrecision": "precision",
+    "XLACheckpointIO": "io",
+    "XLAPrecision": "precision",
     "CheckpointIO": "io",
     "ClusterEnvironment": "environments",
     "DoublePrecision": "precision",
@@ -60,12 +80,16 @@ __getattr__, __dir__ = lazy_exports("fulmen.plugins", _WHERE)
 
 __all__ = [
     "AsyncCheckpointIO",
+    "BitsandbytesPrecision",
     "CheckpointIO",
     "ClusterEnvironment",
+    "DeepSpeedPrecision",
     "DoublePrecision",
     "DoublePrecisionPlugin",
+    "FSDPPrecision",
     "HalfPrecision",
     "HalfPrecisionPlugin",
+    "LayerSync",
     "LightningEnvironment",
     "MixedPrecision",
     "MixedPrecisionPlugin",
@@ -75,4 +99,8 @@ __all__ = [
     "SLURMEnvironment",
     "TorchCheckpointIO",
     "TorchElasticEnvironment",
+    "TorchSyncBatchNorm",
+    "TransformerEnginePrecision",
+    "XLACheckpointIO",
+    "XLAPrecision",
 ]

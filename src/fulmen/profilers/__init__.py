@@ -11,16 +11,19 @@ from fulmen.utilities.imports import lazy_exports
 
 if TYPE_CHECKING:
     from fulmen.profilers.advanced import AdvancedProfiler
-    from fulmen.profilers.profiler import PassThroughProfiler, Profiler
+    from fulmen.profilers.base import PassThroughProfiler
+    from fulmen.profilers.profiler import Profiler
     from fulmen.profilers.pytorch import PyTorchProfiler
     from fulmen.profilers.simple import SimpleProfiler
+    from fulmen.profilers.xla import XLAProfiler
 
 _WHERE = {
     "AdvancedProfiler": "advanced",
-    "PassThroughProfiler": "profiler",
+    "PassThroughProfiler": "base",
     "Profiler": "profiler",
     "PyTorchProfiler": "pytorch",
     "SimpleProfiler": "simple",
+    "XLAProfiler": "xla",
 }
 
 __getattr__, __dir__ = lazy_exports("fulmen.profilers", _WHERE)
@@ -32,4 +35,5 @@ __all__ = [
     "Profiler",
     "PyTorchProfiler",
     "SimpleProfiler",
+    "XLAProfiler",
 ]

@@ -1,4 +1,5 @@
-"""``Profiler``: the interface the Trainer drives, and ``PassThroughProfiler``, which records nothing.
+"""``Profiler``: the interface the Trainer drives (``PassThroughProfiler``, which records nothing, is in
+:mod:`fulmen.profilers.base`).
 
 The Trainer calls ``setup(stage, local_rank, log_dir)`` when a run starts, ``start(action)`` /
 ``stop(action)`` around every hook and loop stage through its hook dispatcher (so each is timed once), and
@@ -127,12 +128,3 @@ class Profiler(ABC):
             lines += [header, value]
         return os.linesep.join(lines)
 
-
-class PassThroughProfiler(Profiler):
-    """Records nothing: ``Trainer(profiler=PassThroughProfiler())`` behaves as ``profiler=None``."""
-
-    def start(self, action_name: str) -> None:
-        pass
-
-    def stop(self, action_name: str) -> None:
-        pass

@@ -11,13 +11,146 @@ profiler plugin. With a ``schedule``, the profiler steps once per training / val
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
+from torch.profiler import ProfilerAction, record_function
 
 from fulmen.profilers.profiler import Profiler
 from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
+
+
+class RegisterRecordFunction:
+    """``with RegisterRecordFunction(model): model(x)``: every submodule's forward is a labelled range
+    (``[pl][module]torch.nn.modules.linear.Linear: layer.0``) in what ``torch.profiler`` records, so the
+    operator table and the trace tell which layer each kernel belongs to. ``PyTorchProfiler`` does this itself
+    (``record_module_names=True``); the hooks are removed when the block ends."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self._model = model
+        self._open: dict[str, list[record_function]] = {}  # a stack per layer: a layer may run inside itself
+        self._handles: dict[str, list[Any]] = {}
+
+    def _enter(self, label: str) -> None:
+        recording = record_function("[pl][module]" + label)
+        recording.__enter__()
+        self._open.setdefault(label, []).append(recording)
+
+    def _exit(self, label: str) -> None:
+        stack = self._open.get(label)
+        if stack:
+            stack.pop().__exit__(None, None, None)
+
+    def __enter__(self) -> None:
+        for name, module in self._model.named_modules():
+            if not name:
+                continue  # the model itself: its forward is the step, already a range of its own
+            label = f"{type(module).__module__}.{type(module).__name__}: {name}"
+            pre = module.register_forward_pre_hook(lambda _m, _args, label=label: self._enter(label))
+            post = module.register_forward_hook(lambda _m, _args, _out, label=label: self._exit(label))
+            self._handles[name] = [pre, post]
+
+    def __exit__(self, type: Any, value: Any, traceback: Any) -> None:
+        for handles in self._handles.values():
+            for handle in handles:
+                handle.remove()
+        self._handles = {}
+        for stack in self._open.values():  # a forward that raised left its range open
+            while stack:
+                stack.pop().__exit__(None, None, None)
+
+
+class ScheduleWrapper:
+    """A ``torch.profiler`` schedule counted per stage: training, validation, test and prediction steps each
+    go through ``schedule`` from step 0, and once a stage's window ended (``RECORD_AND_SAVE``) nothing more of
+    that stage is recorded. Validation batches run before the first training step (the sanity check) do not
+    count when the profiler started with the fit. The profiler tells it each step's action name (``pre_step``)
+    before stepping."""
+
+    _STAGES = ("training_step", "validation_step", "test_step", "predict_step")
+
+    def __init__(self, schedule: Callable[[int], ProfilerAction]) -> None:
+        if not torch.profiler.kineto_available():
+            raise ModuleNotFoundError(
+                "ScheduleWrapper needs torch built with Kineto (torch.profiler's scheduler); this torch has none."
+            )
+        self._schedule = schedule
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the steps counted and the stages finished (a new run)."""
+        self._steps = dict.fromkeys(self._STAGES, 0)
+        self._finished = dict.fromkeys(self._STAGES, False)
+        self._current_action: str | None = None
+        self._prev_schedule_action: ProfilerAction | None = None
+        self._start_action_name: str | None = None
+
+    def setup(self, start_action_name: str) -> None:
+        """The first action the profiler recorded (``...on_fit_start`` when it started with a fit)."""
+        self._start_action_name = start_action_name
+
+    def pre_step(self, current_action: str) -> None:
+        """The step the profiler is about to count."""
+        self._current_action = current_action
+
+    def _stage(self) -> str | None:
+        action = self._current_action
+        assert action is not None, "pre_step(action_name) tells the step before the stage is asked"
+        return next((stage for stage in self._STAGES if action.endswith(stage)), None)
+
+    @property
+    def is_training(self) -> bool:
+        return self._stage() == "training_step"
+
+    @property
+    def is_validating(self) -> bool:
+        return self._stage() == "validation_step"
+
+    @property
+    def is_testing(self) -> bool:
+        return self._stage() == "test_step"
+
+    @property
+    def is_predicting(self) -> bool:
+        return self._stage() == "predict_step"
+
+    @property
+    def num_step(self) -> int:
+        """The steps counted so far of the current step's stage."""
+        stage = self._stage()
+        return self._steps[stage] if stage is not None else 0
+
+    @property
+    def has_finished(self) -> bool:
+        """Whether the current step's stage already recorded its window."""
+        stage = self._stage()
+        return stage is not None and self._finished[stage]
+
+    def _count(self, stage: str) -> None:
+        start = self._start_action_name or ""
+        if stage == "validation_step" and start.endswith("on_fit_start") and self._steps["training_step"] == 0:
+            return  # the sanity check: the fit's validation steps count from the first training step on
+        self._steps[stage] += 1
+
+    def __call__(self, num_step: int) -> ProfilerAction:
+        """What ``torch.profiler`` does next; ``num_step`` (torch's own count over all stages) is not used."""
+        if self._current_action is None:
+            return ProfilerAction.NONE
+        stage = self._stage()
+        if stage is not None and self._finished[stage]:
+            return ProfilerAction.NONE
+        if stage is not None:
+            self._count(stage)
+        action = self._schedule(self.num_step)  # an action of no stage: the schedule's first step
+        if self._prev_schedule_action == ProfilerAction.RECORD and action == ProfilerAction.WARMUP:
+            action = ProfilerAction.RECORD  # a stage change must not cut a recording window short
+        if action == ProfilerAction.RECORD_AND_SAVE and stage is not None:
+            self._finished[stage] = True
+        self._prev_schedule_action = action
+        return action
 
 
 class PyTorchProfiler(Profiler):
@@ -52,6 +185,19 @@ class PyTorchProfiler(Profiler):
                     f"PyTorchProfiler(table_kwargs={{{key!r}: ...}}): set it with the profiler's own argument "
                     f"({'sort_by_key' if key == 'sort_by' else 'row_limit'}=...)."
                 )
+        schedule = profiler_kwargs.get("schedule")
+        self._schedule: ScheduleWrapper | None = None
+        if schedule is not None:
+            if not callable(schedule):
+                raise MisconfigurationException(f"PyTorchProfiler(schedule={schedule!r}): the schedule must be callable.")
+            action = schedule(0)
+            if not isinstance(action, ProfilerAction):
+                raise MisconfigurationException(
+                    f"PyTorchProfiler(schedule=...): the schedule must return a torch.profiler.ProfilerAction, "
+                    f"got {action!r} for step 0. Build it with torch.profiler.schedule(wait=..., warmup=..., active=...)."
+                )
+            self._schedule = ScheduleWrapper(schedule)
+            profiler_kwargs["schedule"] = self._schedule
         self.group_by_input_shapes = group_by_input_shapes or bool(profiler_kwargs.get("record_shapes"))
         if group_by_input_shapes:
             profiler_kwargs.setdefault("record_shapes", True)
@@ -66,15 +212,17 @@ class PyTorchProfiler(Profiler):
         self.function_events: Any = None  # its events once the stage ended (what the report is made from)
         self._ranges: dict[str, Any] = {}
         self._module: torch.nn.Module | None = None
-        self._module_hooks: list[Any] = []
+        self._register: RegisterRecordFunction | None = None
         self._nvtx: Any = None
 
     # -- the run ---------------------------------------------------------------------------------------
     def attach_module(self, module: Any) -> None:
         self._module = module
 
-    def _begin(self) -> None:
+    def _begin(self, action_name: str) -> None:
         """Start torch's profiler at the stage's first action (so set-up before it is not in the trace)."""
+        if self._schedule is not None:
+            self._schedule.setup(action_name)
         if self.emit_nvtx:
             self._nvtx = torch.autograd.profiler.emit_nvtx(record_shapes=self.group_by_input_shapes)
             self._nvtx.__enter__()
@@ -88,29 +236,12 @@ class PyTorchProfiler(Profiler):
             self.profiler = torch.profiler.profile(**kwargs)
             self.profiler.__enter__()
         if self.record_module_names and self._module is not None:
-            self._label_modules(self._module)
-
-    def _label_modules(self, model: torch.nn.Module) -> None:
-        for name, module in model.named_modules():
-            if not name:
-                continue
-            label = f"[pl][module]{type(module).__module__}.{type(module).__qualname__}: {name}"
-            state: dict[str, Any] = {}
-
-            def pre(_module: Any, _inputs: Any, label: str = label, state: dict[str, Any] = state) -> None:
-                state["range"] = torch.profiler.record_function(label)
-                state["range"].__enter__()
-
-            def post(_module: Any, _inputs: Any, _outputs: Any, state: dict[str, Any] = state) -> None:
-                if "range" in state:
-                    state.pop("range").__exit__(None, None, None)
-
-            self._module_hooks.append(module.register_forward_pre_hook(pre))
-            self._module_hooks.append(module.register_forward_hook(post))
+            self._register = RegisterRecordFunction(self._module)
+            self._register.__enter__()
 
     def start(self, action_name: str) -> None:
         if self.profiler is None and self._nvtx is None:
-            self._begin()
+            self._begin(action_name)
         if action_name in self._ranges:
             raise ValueError(f"Attempted to start {action_name} which has already started.")
         self._ranges[action_name] = torch.profiler.record_function(action_name)
@@ -122,17 +253,21 @@ class PyTorchProfiler(Profiler):
             raise ValueError(f"Attempting to stop recording an action ({action_name}) which was never started.")
         recorded.__exit__(None, None, None)
         if (
-            self.profiler is not None and "schedule" in self.profiler_kwargs
+            self.profiler is not None and self._schedule is not None
             and action_name.rpartition(".")[2] in self.STEP_FUNCTIONS
         ):  # fmt: skip
+            self._schedule.pre_step(action_name)
+            self.profiler.step_num = self._schedule.num_step  # trace files numbered by the stage's own steps
             self.profiler.step()
 
     def _end(self) -> None:
         for action in reversed(list(self._ranges)):
             self._ranges.pop(action).__exit__(None, None, None)
-        for handle in self._module_hooks:
-            handle.remove()
-        self._module_hooks.clear()
+        if self._register is not None:
+            self._register.__exit__(None, None, None)
+            self._register = None
+        if self._schedule is not None:
+            self._schedule.reset()
         if self._nvtx is not None:
             self._nvtx.__exit__(None, None, None)
             self._nvtx = None

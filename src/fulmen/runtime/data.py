@@ -205,14 +205,14 @@ class DataSource:
             self._warnings.warn(
                 f"The {stage} dataloader has num_workers=0: batches load in the main process, which may "
                 f"bottleneck training. Consider DataLoader(num_workers={min(cpus - 1, 8)}).",
-                PossibleUserWarning,
+                category=PossibleUserWarning,
             )
         on_cuda = self.context.strategy.root_device.type == "cuda"
         if on_cuda and not getattr(loader, "pin_memory", True) and _holds_cpu_data(loader):
             self._warnings.warn(
                 f"The {stage} dataloader has pin_memory=False while training on CUDA: copies from pageable "
                 "memory cannot overlap compute. Consider DataLoader(..., pin_memory=True).",
-                PossibleUserWarning,
+                category=PossibleUserWarning,
             )
         epochs = self.context.config.max_epochs
         restarts = stage == "train" and (epochs is None or epochs == -1 or epochs > 1)
@@ -220,7 +220,7 @@ class DataSource:
             self._warnings.warn(
                 f"The {stage} dataloader starts {num_workers} worker process(es) again at every epoch. "
                 "Consider DataLoader(..., persistent_workers=True) to keep them alive between epochs.",
-                PossibleUserWarning,
+                category=PossibleUserWarning,
             )
 
 

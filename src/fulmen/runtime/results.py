@@ -134,7 +134,7 @@ def _is_metric(value: Any) -> bool:
 class ResultMetric:
     """One logged key: its last step value and its running epoch aggregate (both on device)."""
 
-    __slots__ = ("_computed", "count", "epoch_acc", "meta", "metric", "step_value", "updated")
+    __slots__ = ("_computed", "count", "epoch_acc", "meta", "metric", "metric_released", "step_value", "updated")
 
     def __init__(self, meta: LogMeta) -> None:
         self.meta = meta
@@ -142,6 +142,7 @@ class ResultMetric:
         self.epoch_acc: torch.Tensor | None = None
         self.count: torch.Tensor | int = 0
         self.metric: Any = None
+        self.metric_released = False  # the Metric's state was reset at the end of its run (release_metrics)
         self._computed: torch.Tensor | None = None
         self.updated = False
 
@@ -172,6 +173,7 @@ class ResultMetric:
     def update_metric(self, metric: Any) -> None:
         """A torchmetrics.Metric: its forward result is the step value; ``compute()`` the epoch value."""
         self.metric = metric
+        self.metric_released = False
         self.updated = True
         self._computed = None
         if self.meta.on_step:
@@ -394,9 +396,21 @@ class ResultCollection:
             if result.meta.on_epoch and result.updated:
                 result.compute(self.sync)
 
+    def release_metrics(self) -> None:
+        """Reset the state of every logged torchmetrics ``Metric`` (logged per step or per epoch) once the run's
+        values were read: after an epoch or an evaluation run a user's metric object starts clean, as under
+        Lightning, and code that counts its ``reset`` calls sees one per run. The values already read stay
+        readable: epoch values are kept once computed and step values are tensors of their own."""
+        for result in self.items.values():
+            if result.metric is not None and not result.metric_released:
+                if result.meta.on_epoch and result.updated:
+                    result.compute(self.sync)  # kept for later reads of callback_metrics
+                result.metric.reset()
+                result.metric_released = True
+
     def reset(self) -> None:
         for result in self.items.values():
-            if result.metric is not None and result.meta.on_epoch:
+            if result.metric is not None and result.meta.on_epoch and not result.metric_released:
                 result.metric.reset()
         self.items.clear()
         self.batch = None

@@ -2,42 +2,14 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import torch
 
+# the global generators' state is captured where the bottom layer's isolate_rng needs it too
+from fulmen.utilities.seed import capture_rng, restore_rng
 
-def capture_rng() -> dict[str, Any]:
-    """Every global RNG, as tensors and primitives (numpy's state is stored as a list of ints)."""
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    try:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()  # type: ignore[misc]
-        state["numpy"] = (str(kind), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss))
-    except ImportError:
-        pass
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng(state: dict[str, Any]) -> None:
-    if "torch" in state:
-        torch.set_rng_state(state["torch"])
-    if "python" in state:
-        version, internal, gauss = state["python"]
-        random.setstate((version, tuple(internal), gauss))
-    if "numpy" in state:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, gauss = state["numpy"]
-        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
-    if "cuda" in state and torch.cuda.is_available():
-        states = state["cuda"]
-        if len(states) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(states)
+__all__ = ["capture_generator_states", "capture_rng", "restore_generator_states", "restore_rng"]
 
 
 def capture_generator_states(loader: Any) -> list[torch.Tensor | None]:

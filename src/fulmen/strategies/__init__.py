@@ -1,12 +1,17 @@
 from fulmen.strategies.ddp import DDPStrategy
 from fulmen.strategies.ddp_spawn import DDPSpawnStrategy
+from fulmen.strategies.deepspeed import DeepSpeedStrategy
 from fulmen.strategies.factory import select_strategy
 from fulmen.strategies.fsdp import FSDPStrategy
 from fulmen.strategies.model_parallel import ModelParallelStrategy
 from fulmen.strategies.parallel import ParallelStrategy
-from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
+from fulmen.strategies.single_device import SingleDeviceStrategy
+from fulmen.strategies.single_xla import SingleDeviceXLAStrategy
+from fulmen.strategies.strategy import Strategy
+from fulmen.strategies.xla import XLAStrategy
 
 __all__ = [
-    "DDPSpawnStrategy", "DDPStrategy", "FSDPStrategy", "ModelParallelStrategy", "ParallelStrategy",
-    "SingleDeviceStrategy", "Strategy", "select_strategy",
+    "DDPSpawnStrategy", "DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy", "ModelParallelStrategy",
+    "ParallelStrategy", "SingleDeviceStrategy", "SingleDeviceXLAStrategy", "Strategy", "XLAStrategy",
+    "select_strategy",
 ]  # fmt: skip

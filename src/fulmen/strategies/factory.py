@@ -11,9 +11,13 @@ from typing import TYPE_CHECKING, Any
 from fulmen.precision import Precision, select_precision
 from fulmen.strategies.ddp import DDPStrategy
 from fulmen.strategies.ddp_spawn import DDPSpawnStrategy
+from fulmen.strategies.deepspeed import DeepSpeedStrategy
 from fulmen.strategies.environment import detect as detect_cluster
 from fulmen.strategies.fsdp import FSDPStrategy
-from fulmen.strategies.strategy import SingleDeviceStrategy, Strategy
+from fulmen.strategies.single_device import SingleDeviceStrategy
+from fulmen.strategies.single_xla import SingleDeviceXLAStrategy
+from fulmen.strategies.strategy import Strategy
+from fulmen.strategies.xla import XLAStrategy
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
@@ -24,7 +28,7 @@ if TYPE_CHECKING:
 
 DDP_NAMES = ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
 FSDP_NAMES = ("fsdp", "fsdp_cpu_offload")
-_NOT_AVAILABLE = ("deepspeed", "xla", "hpu_parallel", "single_xla", "single_hpu")
+_NOT_AVAILABLE = ("hpu_parallel", "single_hpu")
 
 
 def _ddp_kind(name: str | None) -> tuple[str, bool] | None:
@@ -51,9 +55,23 @@ def select_strategy(
     """The strategy for these (validated) flags; a Strategy instance gets the Trainer's accelerator and
     precision where it left them at their defaults. ``environment``: a cluster-environment plugin that names
     the launcher (otherwise it is detected from the environment variables)."""
+    if isinstance(strategy, Strategy) and strategy.cluster_plugin is not None:
+        given = [getattr(env, "environment", env) for env in (environment, strategy.cluster_plugin)]  # unwrapped
+        if environment is not None and given[0] is not given[1]:
+            raise MisconfigurationException(
+                f"The cluster environment is set both by {type(strategy).__name__}(cluster_environment="
+                f"{type(strategy.cluster_plugin).__name__}()) and by Trainer(plugins=[{type(environment).__name__}()]). "
+                "Pass it in one place."
+            )
+        environment = strategy.cluster_plugin  # a strategy's own cluster_environment=
+    if environment is not None:
+        environment = _cluster_environment(environment)
+        environment.expect_processes(len(devices), num_nodes)
     cluster = detect_cluster() if environment is None else environment.required_layout()
     precision_ = precision_plugin or select_precision(precision, devices[0].type)
     chosen = _select(strategy, accelerator, devices, num_nodes, precision_, cluster, environment)
+    if environment is not None and chosen.is_distributed:
+        environment.validate_settings(num_devices=len(devices), num_nodes=num_nodes)
     if sync_batchnorm and chosen.is_distributed and accelerator.name == "cpu":
         raise MisconfigurationException(
             "Trainer(sync_batchnorm=True) turns BatchNorm layers into torch.nn.SyncBatchNorm, which torch runs "
@@ -62,6 +80,20 @@ def select_strategy(
     if sync_batchnorm and not chosen.is_distributed:
         rank_zero_warn("Trainer(sync_batchnorm=True) has no effect with one process (it syncs across DDP ranks).")
     return chosen
+
+
+def _cluster_environment(environment: Any) -> Any:
+    """fulmen's ``ClusterEnvironment`` for ``environment``; a Lightning (Fabric) one is wrapped (imported here:
+    fulmen.plugins reads this package's launcher layout at import time)."""
+    from fulmen.plugins.environments import as_cluster_environment
+
+    found = as_cluster_environment(environment)
+    if found is None:
+        raise MisconfigurationException(
+            f"cluster_environment={environment!r} is not a cluster environment. Pass one from "
+            "fulmen.plugins.environments (SLURMEnvironment(), TorchElasticEnvironment(), ...), or Lightning's."
+        )
+    return found
 
 
 def _select(
@@ -82,6 +114,14 @@ def _select(
         fsdp.cluster_plugin = environment
         fsdp.check_launch(devices, num_nodes, cluster)
         return fsdp
+    if name in ("deepspeed", "xla", "single_xla"):  # they need their packages (the constructors say which)
+        named: Strategy = (
+            DeepSpeedStrategy(accelerator=accelerator, precision_plugin=precision) if name == "deepspeed"
+            else XLAStrategy(accelerator=accelerator, precision_plugin=precision) if name == "xla"
+            else SingleDeviceXLAStrategy(device, accelerator=accelerator, precision_plugin=precision)
+        )  # fmt: skip
+        named.check_launch(devices, num_nodes, cluster)
+        return named
     ddp_kind = _ddp_kind(name)
     if name not in ("auto", "single_device") and ddp_kind is None:
         raise InvalidValueError(

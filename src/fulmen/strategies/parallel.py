@@ -11,89 +11,33 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
-import subprocess
 import sys
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from fulmen.accelerators import Accelerator
+from fulmen.accelerators import Accelerator, accelerator_name
 from fulmen.precision import Precision
-from fulmen.strategies.environment import LAUNCHER_VARIABLE, ClusterLayout, detect
+from fulmen.strategies.environment import ClusterLayout, detect
+from fulmen.strategies.launchers.subprocess_script import (
+    REPORTED,
+    _SubprocessScriptLauncher,
+    ended_children,
+    launch_local_ranks,
+)
 from fulmen.strategies.strategy import Strategy
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_only
 from fulmen.utilities.seed import reset_seed
 
+if TYPE_CHECKING:
+    from fulmen.plugins.io import CheckpointIO
 
-def _script_command() -> list[str]:
-    """The command that started this process, to start it again for the other local ranks."""
-    import __main__
-
-    spec = getattr(__main__, "__spec__", None)
-    module = spec.name.removesuffix(".__main__") if spec is not None and spec.name else None
-    script = getattr(__main__, "__file__", None)
-    runner = (module or os.path.basename(sys.argv[0] if sys.argv else "")).split(".")[0]
-    if runner in _NOT_SCRIPTS or (module is None and (script is None or not os.path.isfile(script))):
-        raise MisconfigurationException(
-            "strategy='ddp' starts the other processes by running this script again, but this process was not "
-            "started from a script (an interactive session, a notebook or a test runner). Run a script, or "
-            "launch with torchrun: `torchrun --nproc_per_node=<devices> train.py`."
-        )
-    if module is not None and module != "__main__":  # python -m package.module
-        return [sys.executable, "-m", module, *sys.argv[1:]]
-    assert script is not None
-    return [sys.executable, os.path.abspath(script), *sys.argv[1:]]
-
-
-# entry points that are not the user's script: running them again would not reach the user's fit()
-_NOT_SCRIPTS = frozenset({"pytest", "py", "_pytest", "ipykernel_launcher", "ipykernel", "IPython", "ipython",
-                          "jupyter", "pydevconsole"})  # fmt: skip
-
-
-def launch_local_ranks(devices: int) -> list[subprocess.Popen[bytes]]:
-    """Lightning's script launcher: this process becomes local rank 0 and the script is started again for
-    ranks 1..devices-1, with the environment torchrun would have set (one node)."""
-    command = _script_command()
-    port = os.environ.get("MASTER_PORT") or str(_free_port())
-    common = {"MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"), "MASTER_PORT": port,
-              "WORLD_SIZE": str(devices), "LOCAL_WORLD_SIZE": str(devices), "GROUP_RANK": "0",
-              LAUNCHER_VARIABLE: "fulmen"}  # fmt: skip
-    children = []
-    for rank in range(1, devices):
-        env = {**os.environ, **common, "RANK": str(rank), "LOCAL_RANK": str(rank)}
-        children.append(subprocess.Popen(command, env=env))
-    os.environ.update({**common, "RANK": "0", "LOCAL_RANK": "0"})
-    atexit.register(_wait_for, children)  # the job ends when every rank has
-    return children
-
-
-def _wait_for(children: list[subprocess.Popen[bytes]]) -> None:
-    for child in children:
-        child.wait()
-    for line in _ended_children(children):
-        if line not in _REPORTED:
-            print(f"fulmen: {line}", file=sys.stderr, flush=True)
-
-
-_REPORTED: set[str] = set()  # children's ends already told in a rank's error message
-
-
-def _ended_children(children: list[subprocess.Popen[bytes]]) -> list[str]:
-    """What the local ranks this process started and that already failed died of."""
-    ended = []
-    for rank, child in enumerate(children, start=1):
-        code = child.poll()
-        if code is None or code == 0:
-            continue
-        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-        ended.append(f"rank {rank} (pid {child.pid}) {how}")
-    return ended
+__all__ = ["ParallelStrategy", "launch_local_ranks"]
 
 
 def _destroy_group() -> None:
@@ -138,18 +82,13 @@ def _thread_states(tasks: str, thread_name: str) -> list[str]:
     return states
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class ParallelStrategy(Strategy):
     """One process per device, in a ``torch.distributed`` process group (gloo on CPUs, NCCL on GPUs).
 
-    ``process_group_backend`` defaults to NCCL on CUDA and gloo elsewhere; ``timeout`` is the group's.
+    ``parallel_devices``: this node's devices, one per process (by default the Trainer's ``devices``);
+    ``cluster_environment``: a cluster-environment plugin naming the launcher (by default it is read from the
+    environment variables). ``process_group_backend`` defaults to NCCL on CUDA and gloo elsewhere; ``timeout``
+    is the group's.
     """
 
     strategy_name = "parallel"
@@ -157,25 +96,34 @@ class ParallelStrategy(Strategy):
     def __init__(
         self,
         accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        checkpoint_io: CheckpointIO | None = None,
         precision_plugin: Precision | None = None,
         process_group_backend: str | None = None,
         timeout: timedelta = timedelta(minutes=30),
     ) -> None:
-        super().__init__(accelerator=accelerator, precision_plugin=precision_plugin)
+        super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin)
+        self.cluster_plugin = cluster_environment
         self.process_group_backend = process_group_backend
         self.timeout = timeout
         self.num_nodes = 1
-        self._devices = 1  # processes per node, from the Trainer's devices
-        self.parallel_devices: list[torch.device] = []  # this node's devices, one per local rank
+        # this node's devices, one per local rank
+        self.parallel_devices: list[torch.device] = list(parallel_devices) if parallel_devices is not None else []
+        self._devices = max(1, len(self.parallel_devices))  # processes per node, from the Trainer's devices
         self._launch = False  # this process starts the other local ranks when the run starts
         self._cluster: ClusterLayout | None = None  # read from the launcher's environment
-        self._children: list[subprocess.Popen[bytes]] = []
 
     # -- ranks (from the launcher's environment) ---------------------------------------------------------
     @property
     def cluster_environment(self) -> ClusterLayout | None:
         """Where the ranks come from (``None`` until a launcher's environment was read)."""
         return self._cluster
+
+    @property
+    def num_processes(self) -> int:
+        """Processes on this node (one per device of :attr:`parallel_devices`)."""
+        return len(self.parallel_devices)
 
     @property
     def world_size(self) -> int:
@@ -208,6 +156,7 @@ class ParallelStrategy(Strategy):
         devices = len(parallel_devices)
         self._devices, self.num_nodes = devices, num_nodes
         self._cluster = cluster
+        self._launcher = _SubprocessScriptLauncher(self.cluster_plugin, devices, num_nodes)
         if cluster is None:
             if num_nodes > 1:
                 raise MisconfigurationException(
@@ -237,8 +186,9 @@ class ParallelStrategy(Strategy):
         return detect() if plugin is None else plugin.layout()
 
     def setup_environment(self) -> None:
-        if self._launch and self._detect() is None:
-            self._children = launch_local_ranks(self._devices)
+        launcher = self._launcher
+        if self._launch and isinstance(launcher, _SubprocessScriptLauncher):
+            launcher.start_children()  # once: fit's launch may have started them already
         cluster = self._cluster = self._detect()
         if cluster is None:
             raise MisconfigurationException(
@@ -249,8 +199,8 @@ class ParallelStrategy(Strategy):
         os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
         if cluster.master_port is not None:
             os.environ.setdefault("MASTER_PORT", str(cluster.master_port))
-        accelerator_name = getattr(self.accelerator, "name", "cpu")
-        if accelerator_name == "cuda":
+        hardware = accelerator_name(self.accelerator) if self.accelerator is not None else "cpu"
+        if hardware == "cuda":
             # local rank i trains on the i-th device the Trainer was given (devices=[2, 3]: cuda:2 and cuda:3)
             listed = self.parallel_devices
             local = self.local_rank
@@ -258,7 +208,7 @@ class ParallelStrategy(Strategy):
             torch.cuda.set_device(self._root_device)
         else:
             self._root_device = torch.device("cpu")
-        backend = self.process_group_backend or ("nccl" if accelerator_name == "cuda" else "gloo")
+        backend = self.process_group_backend or ("nccl" if hardware == "cuda" else "gloo")
         if not dist.is_initialized():
             dist.init_process_group(
                 backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
@@ -301,8 +251,9 @@ class ParallelStrategy(Strategy):
         """Say which rank failed, and end this process's part of the group at once: the other ranks' next
         collective then fails within moments instead of waiting out the process-group timeout."""
         where = f"rank {self.global_rank} of {self.world_size} (node {self.node_rank}, local rank {self.local_rank})"
-        dead = _ended_children(self._children)
-        _REPORTED.update(dead)
+        launcher = self._launcher
+        dead = ended_children(launcher.procs) if isinstance(launcher, _SubprocessScriptLauncher) else []
+        REPORTED.update(dead)
         if dead:
             cause = "; ".join(dead)
             hint = f"{cause}; this rank's error follows from that."

@@ -25,7 +25,9 @@ from fulmen.utilities.exceptions import MisconfigurationException
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
     from fulmen.plugins.io import CheckpointIO
+    from fulmen.plugins.layer_sync import LayerSync
     from fulmen.runtime.hooks import HookDispatcher
+    from fulmen.strategies.launchers.launcher import _Launcher
 
 
 class _StepPlan(NamedTuple):
@@ -48,10 +50,11 @@ class Strategy:
     def __init__(
         self,
         accelerator: Accelerator | None = None,
-        precision_plugin: Precision | None = None,
         checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
     ) -> None:
         self.accelerator = accelerator
+        self._launcher: _Launcher | None = None  # how the run's processes start (None: this process only)
         self.precision_plugin: Precision = precision_plugin or Precision()
         self._checkpoint_io = checkpoint_io
         # a cluster-environment plugin from Trainer(plugins=...): the launcher to read instead of detecting it
@@ -67,7 +70,7 @@ class Strategy:
         self._hooks: HookDispatcher | None = None
         self._clip_val: int | float | None = None
         self._clip_algorithm: str | None = None
-        self._sync_batchnorm = False
+        self._layer_sync: LayerSync | None = None  # applied by multi-process strategies when fitting
         self._plan: _StepPlan | None = None
 
     # -- properties ----------------------------------------------------------------------------------
@@ -128,10 +131,18 @@ class Strategy:
         """The optimizers wrapped in ``LightningOptimizer`` (what ``self.optimizers()`` returns in a module)."""
         return self._lightning_optimizers
 
+    @property
+    def launcher(self) -> _Launcher | None:
+        """What starts the processes of a run (``None``: the run stays in this process)."""
+        return self._launcher
+
     # -- set-up ----------------------------------------------------------------------------------------
     def launch(self, trainer: Any, function: Callable[..., Any], *args: Any) -> Any:
-        """Run a stage: here, in this process (strategies that start their processes override this)."""
-        return function(*args)
+        """Run a stage: through the launcher, which starts the processes first, or here in this process."""
+        launcher = self._launcher
+        if launcher is None:
+            return function(*args)
+        return launcher.launch(function, *args, trainer=trainer)
 
     def check_launch(self, parallel_devices: list[torch.device], num_nodes: int, cluster: Any) -> None:
         """Check the processes the flags ask for against those a launcher started (one process: nothing)."""
@@ -150,19 +161,26 @@ class Strategy:
 
     def connect_run(
         self, hooks: HookDispatcher | None, gradient_clip_val: int | float | None = None,
-        gradient_clip_algorithm: str | None = None, sync_batchnorm: bool = False,
+        gradient_clip_algorithm: str | None = None, sync_batchnorm: bool | LayerSync | None = False,
     ) -> None:  # fmt: skip
         """What a run tells the strategy before it is set up: the hook dispatcher it calls the module's steps
-        and backward hooks through, and the Trainer's clipping and BatchNorm settings (validated already)."""
+        and backward hooks through, and the Trainer's clipping and layer-synchronisation settings (validated
+        already; ``sync_batchnorm``: a ``LayerSync``, or True for ``TorchSyncBatchNorm``)."""
         self._hooks = hooks
         self._plan = None
         self._clip_val = gradient_clip_val
         self._clip_algorithm = gradient_clip_algorithm
-        self._sync_batchnorm = sync_batchnorm
+        if sync_batchnorm is True:
+            from fulmen.plugins.layer_sync import TorchSyncBatchNorm
+
+            sync_batchnorm = TorchSyncBatchNorm()
+        self._layer_sync = sync_batchnorm or None
 
     def setup(self, trainer: Any = None) -> None:
         """Move and convert the model; called after ``configure_model``, before optimizers are made."""
         assert self._lightning_module is not None
+        if trainer is not None and self.accelerator is not None:
+            self.accelerator.setup(trainer)
         self.precision_plugin.convert_module(self._lightning_module)
         self.model_to_device()
 
@@ -192,6 +210,8 @@ class Strategy:
 
     def teardown(self) -> None:
         self._hooks = None
+        if self.accelerator is not None:
+            self.accelerator.teardown()  # e.g. CUDA: the cached memory goes back to the driver
         self.checkpoint_io.teardown()  # e.g. AsyncCheckpointIO: wait for the last saves, raise their errors
 
     # -- checkpoint files ------------------------------------------------------------------------------
@@ -429,20 +449,3 @@ class _SkipInit(TorchFunctionMode):
         if getattr(func, "__module__", None) == "torch.nn.init":
             return args[0] if args else kwargs.get("tensor")
         return func(*args, **(kwargs or {}))
-
-
-class SingleDeviceStrategy(Strategy):
-    """One process on one device (CPU, one CUDA GPU or MPS)."""
-
-    strategy_name = "single_device"
-
-    def __init__(
-        self,
-        device: torch.device | str | int = "cpu",
-        accelerator: Accelerator | None = None,
-        precision_plugin: Precision | None = None,
-    ) -> None:
-        super().__init__(accelerator=accelerator, precision_plugin=precision_plugin)
-        if isinstance(device, int):
-            device = torch.device("cuda", device)
-        self._root_device = torch.device(device)

@@ -244,5 +244,18 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], ckpt_pa
             f"Trainer(max_epochs={max_epochs}): the run would train nothing. Raise max_epochs above the epoch the "
             "checkpoint reached, or load only the weights (Model.load_from_checkpoint) for a new run."
         )
-    rank_zero_info(f"Restored training state from {ckpt_path!r} (epoch {trainer.current_epoch}, "
-                   f"global step {trainer.global_step}).")  # fmt: skip
+    log_restored(ckpt_path, fitting=True)
+
+
+# The words of Lightning's messages, so that what users (and their log filters) look for is there: which file a
+# run was restored from, once "best" / "last" are resolved to a path.
+def log_restoring(ckpt_path: str) -> None:
+    """Said as the checkpoint file is read, before any of it is restored."""
+    rank_zero_info(f"Restoring states from the checkpoint path at {ckpt_path}")
+
+
+def log_restored(ckpt_path: str, fitting: bool) -> None:
+    """Said once the run is restored: for fit, all states (after ``on_fit_start``); for validate, test and
+    predict, the weights (before their ``on_*_start`` hooks)."""
+    what = "Restored all states" if fitting else "Loaded model weights"
+    rank_zero_info(f"{what} from the checkpoint at {ckpt_path}")

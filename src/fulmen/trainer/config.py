@@ -46,7 +46,10 @@ class TrainerConfig:
     cluster_environment: Any
     """A cluster-environment plugin from ``plugins=`` (the launcher is detected otherwise)."""
     sync_batchnorm: bool
-    """BatchNorm layers become SyncBatchNorm under DDP."""
+    """BatchNorm layers become SyncBatchNorm under DDP (the flag, or a ``TorchSyncBatchNorm`` in ``plugins=``)."""
+    layer_sync: Any
+    """The ``LayerSync`` applied when fitting under several processes: ``TorchSyncBatchNorm`` for
+    ``sync_batchnorm=True``, or the one from ``plugins=``; None otherwise."""
     # -- the loop ---------------------------------------------------------------------------------------
     max_epochs: int
     """Epoch limit; -1: none (1000 when neither max_epochs, max_steps nor max_time is set)."""
@@ -154,7 +157,7 @@ class TrainerConfig:
     @property
     def active_profiler(self) -> Any:
         """The profiler that records the runs; None when it records nothing (no hook is wrapped then)."""
-        from fulmen.profilers.profiler import PassThroughProfiler
+        from fulmen.profilers.base import PassThroughProfiler
 
         return None if isinstance(self.profiler, PassThroughProfiler) else self.profiler
 
@@ -232,16 +235,18 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
             f"Trainer(model_registry={a['model_registry']!r}): fulmen uploads nothing to a model registry; the "
             "argument is ignored (checkpoints are written locally)."
         )
-    precision_plugin, checkpoint_io, cluster_environment = _from_plugins(a["plugins"], a["precision"])
+    precision_plugin, checkpoint_io, cluster_environment, layer_sync = _from_plugins(
+        a["plugins"], a["precision"], a["sync_batchnorm"]
+    )
     precision = normalize_precision(a["precision"]) if precision_plugin is None else precision_plugin.name
     accelerator = select_accelerator(a["accelerator"])
     root = a["default_root_dir"]
     cloud_io.check_reachable(root, "Trainer(default_root_dir)")
     return TrainerConfig(
-        accelerator=accelerator, devices=accelerator.parse_devices(a["devices"]), strategy=a["strategy"],
+        accelerator=accelerator, devices=accelerator.resolve_devices(a["devices"]), strategy=a["strategy"],
         num_nodes=num_nodes, precision=precision, precision_plugin=precision_plugin, checkpoint_io=checkpoint_io,
-        cluster_environment=cluster_environment,
-        sync_batchnorm=a["sync_batchnorm"], accumulate_grad_batches=accumulate, accumulation_schedule=schedule,
+        cluster_environment=cluster_environment, layer_sync=layer_sync,
+        sync_batchnorm=_is_sync_batchnorm(layer_sync), accumulate_grad_batches=accumulate, accumulation_schedule=schedule,
         deterministic=deterministic, benchmark=a["benchmark"], inference_mode=a["inference_mode"],
         detect_anomaly=a["detect_anomaly"], use_distributed_sampler=a["use_distributed_sampler"],
         matmul_precision=matmul, compile=a["compile"], logger=logger, callbacks=_callback_list(a["callbacks"]),
@@ -405,7 +410,8 @@ _PROFILERS = {"simple": "SimpleProfiler", "advanced": "AdvancedProfiler", "pytor
 
 
 def _profiler(value: Any) -> Any:
-    from fulmen.profilers.profiler import PassThroughProfiler, Profiler
+    from fulmen.profilers.base import PassThroughProfiler
+    from fulmen.profilers.profiler import Profiler
 
     if value is None:
         return PassThroughProfiler()
@@ -467,25 +473,35 @@ def _callback_list(callbacks: Any) -> list[Any]:
     return result
 
 
-def _from_plugins(plugins: Any, precision: Any) -> tuple[Precision | None, Any, Any]:
-    """The precision object, the ``CheckpointIO`` and the cluster environment among ``Trainer(plugins=...)``
-    (at most one of each); a precision plugin is refused together with ``precision=``."""
+def _from_plugins(plugins: Any, precision: Any, sync_batchnorm: bool) -> tuple[Precision | None, Any, Any, Any]:
+    """The precision object, the ``CheckpointIO``, the cluster environment and the ``LayerSync`` among
+    ``Trainer(plugins=...)`` (at most one of each); a precision plugin is refused together with ``precision=``,
+    a ``LayerSync`` other than ``TorchSyncBatchNorm`` together with ``sync_batchnorm=True``.
+
+    Lightning's own checkpoint-I/O and cluster-environment objects count (see ``fulmen.plugins._interop``): a
+    Lightning (Fabric) environment is wrapped so that fulmen's strategies can read its layout."""
+    from fulmen.plugins.layer_sync import LayerSync, TorchSyncBatchNorm
+
     if plugins is None:
-        return None, None, None
-    from fulmen.plugins.environments import ClusterEnvironment
+        return None, None, None, TorchSyncBatchNorm() if sync_batchnorm else None
+    from fulmen.plugins.environments import as_cluster_environment
     from fulmen.plugins.io import CheckpointIO
 
     items = plugins if isinstance(plugins, (list, tuple)) else [plugins]
     found: dict[str, Any] = {}
     for plugin in items:
-        kinds = {Precision: "precision", CheckpointIO: "checkpoint_io", ClusterEnvironment: "cluster_environment"}
+        kinds = {Precision: "precision", CheckpointIO: "checkpoint_io", LayerSync: "layer_sync"}
         kind = next((name for cls, name in kinds.items() if isinstance(plugin, cls)), None)
+        environment = as_cluster_environment(plugin) if kind is None else None
+        if environment is not None:
+            kind, plugin = "cluster_environment", environment
         if kind is None:
             raise MisconfigurationException(
                 f"plugins={plugins!r}: {type(plugin).__name__} is not a plugin fulmen knows. Pass precision "
-                "objects (Precision, MixedPrecision, HalfPrecision, DoublePrecision), a CheckpointIO "
-                "(TorchCheckpointIO, AsyncCheckpointIO, or a subclass) or a cluster environment (SLURMEnvironment, "
-                "TorchElasticEnvironment, LightningEnvironment) from fulmen.plugins."
+                "objects (Precision, MixedPrecision, HalfPrecision, DoublePrecision, FSDPPrecision), a CheckpointIO "
+                "(TorchCheckpointIO, AsyncCheckpointIO, or a subclass), a cluster environment (SLURMEnvironment, "
+                "TorchElasticEnvironment, LightningEnvironment, ...) or a LayerSync (TorchSyncBatchNorm) from "
+                "fulmen.plugins, or Lightning's own CheckpointIO / ClusterEnvironment objects."
             )
         if kind in found:
             raise MisconfigurationException(
@@ -495,8 +511,23 @@ def _from_plugins(plugins: Any, precision: Any) -> tuple[Precision | None, Any, 
         found[kind] = plugin
     precision_plugin = found.get("precision")
     if precision_plugin is not None and precision is not None:
-        raise MisconfigurationException(
+        raise InvalidValueError(
             f"Trainer(precision={precision!r}) and plugins=[{type(precision_plugin).__name__}(...)] both set the "
             "precision. Pass one of them."
         )
-    return precision_plugin, found.get("checkpoint_io"), found.get("cluster_environment")
+    layer_sync = found.get("layer_sync")
+    if sync_batchnorm and layer_sync is not None and not isinstance(layer_sync, TorchSyncBatchNorm):
+        raise MisconfigurationException(
+            f"Trainer(sync_batchnorm=True) and plugins=[{type(layer_sync).__name__}()] both choose how layers "
+            "synchronise. Pass one of them: sync_batchnorm=True is plugins=[TorchSyncBatchNorm()]."
+        )
+    if layer_sync is None and sync_batchnorm:
+        layer_sync = TorchSyncBatchNorm()
+    return precision_plugin, found.get("checkpoint_io"), found.get("cluster_environment"), layer_sync
+
+
+def _is_sync_batchnorm(layer_sync: Any) -> bool:
+    """Whether the layers synchronised are torch's SyncBatchNorm (what ``sync_batchnorm`` reports)."""
+    from fulmen.plugins.layer_sync import TorchSyncBatchNorm
+
+    return isinstance(layer_sync, TorchSyncBatchNorm)

@@ -21,6 +21,8 @@ from fulmen.trainer import checkpointing
 from fulmen.trainer.connectors import attach_model_callbacks
 from fulmen.trainer.signals import SignalInterrupt, slurm_requeued
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.migration import pl_legacy_patch
+from fulmen.utilities.migration.utils import _pl_migrate_checkpoint
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from fulmen.utilities.warnings import PossibleUserWarning
 
@@ -76,7 +78,7 @@ class StageRunner:
                 rank_zero_warn(
                     "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set "
                     "`max_epochs=-1`.",
-                    PossibleUserWarning,
+                    category=PossibleUserWarning,
                 )
         except BaseException:
             if profiler is not None:
@@ -101,13 +103,15 @@ class StageRunner:
             state.stage = None
             return result
         except BaseException as exception:
+            if isinstance(exception, KeyboardInterrupt):  # Ctrl-C: also a handled one (a CtrlCInterrupt)
+                if not isinstance(exception, SignalInterrupt):  # a handled one said so when it came
+                    rank_zero_info("\nDetected KeyboardInterrupt, attempting graceful shutdown ...")
+                self.signals.ignore_ctrl_c()  # until teardown restores the handler
             state.status = TrainerStatus.INTERRUPTED
             if not isinstance(exception, (SignalInterrupt, KeyboardInterrupt)):
                 strategy.on_exception(exception)  # e.g. DDP: name the rank, release the other ranks
             hooks.call_callbacks("on_exception", exception)
             hooks.call_datamodule("on_exception", exception)
-            if isinstance(exception, KeyboardInterrupt):
-                rank_zero_warn("Detected KeyboardInterrupt, attempting graceful shutdown ...")
             self._teardown(fn, interrupted=True)
             if isinstance(exception, SignalInterrupt):
                 self.signals.after_teardown(exception)
@@ -194,7 +198,8 @@ class StageRunner:
             hooks.call_module("configure_model")
         after_setup = strategy.restore_checkpoint_after_setup  # sharded: the shards load into the sharded model
         checkpoint = None if after_setup else self._load_requested_checkpoint(fn)
-        strategy.connect_run(hooks, config.gradient_clip_val, config.gradient_clip_algorithm, config.sync_batchnorm)
+        layer_sync = config.layer_sync if fn == TrainerFn.FITTING else None  # synchronised layers train only
+        strategy.connect_run(hooks, config.gradient_clip_val, config.gradient_clip_algorithm, layer_sync)
         strategy.setup(trainer)
         if after_setup:
             checkpoint = self._load_requested_checkpoint(fn)
@@ -204,6 +209,9 @@ class StageRunner:
             self._training_state = checkpoint  # restored right after on_fit_start (see _restore_training_state)
         if context.loggers and config.enable_autolog_hparams and fn == TrainerFn.FITTING:
             self._log_hyperparams(model)
+        loaded = context.checkpoint_request.loaded
+        if loaded is not None and fn != TrainerFn.FITTING:  # fit says so once its training state is restored
+            checkpointing.log_restored(loaded, fitting=False)
 
     def _restore_training_state(self) -> None:
         """Optimizers, schedulers and the loop position, after ``on_fit_start`` as in Lightning: a callback
@@ -228,7 +236,10 @@ class StageRunner:
         path = checkpointing.resolve_ckpt_path(self.trainer, request.path)
         if path is None:
             return None
-        checkpoint = self.context.strategy.load_checkpoint(path, weights_only=request.weights_only)
+        checkpointing.log_restoring(path)
+        with pl_legacy_patch():  # a file of an old Lightning version may have pickled its objects
+            checkpoint = self.context.strategy.load_checkpoint(path, weights_only=request.weights_only)
+        checkpoint = _pl_migrate_checkpoint(checkpoint, path)  # an old version's layout -> today's
         request.loaded = path
         checkpointing.restore_module_and_callbacks(self.trainer, checkpoint, callbacks=fn == TrainerFn.FITTING)
         return checkpoint if fn == TrainerFn.FITTING else None

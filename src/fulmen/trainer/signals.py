@@ -16,6 +16,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from fulmen.utilities import cloud_io
+from fulmen.utilities.exceptions import SIGTERMException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
@@ -24,12 +25,36 @@ if TYPE_CHECKING:
 
 
 class SignalInterrupt(BaseException):
-    """Raised by the loop after a handled signal, once the checkpoint is written."""
+    """Raised by the loop after a handled signal, once the checkpoint is written.
+
+    What the run's ``on_exception`` hooks receive is of the kind a user's code checks for: Ctrl-C (SIGINT) a
+    :class:`KeyboardInterrupt` (``isinstance(e, KeyboardInterrupt)`` holds, as for an unhandled Ctrl-C), SIGTERM
+    and the SLURM requeue signal a :class:`~fulmen.utilities.exceptions.SIGTERMException`. Make one with
+    :meth:`for_signal`.
+    """
 
     def __init__(self, signum: int, checkpoint: str | None) -> None:
         super().__init__(f"stopped by {signal.Signals(signum).name}; checkpoint: {checkpoint}")
         self.signum = signum
         self.checkpoint = checkpoint
+
+    @staticmethod
+    def for_signal(signum: int, checkpoint: str | None) -> SignalInterrupt:
+        if signum == signal.SIGINT:
+            return CtrlCInterrupt(signum, checkpoint)
+        return TerminationInterrupt(signum, checkpoint)
+
+
+class CtrlCInterrupt(SignalInterrupt, KeyboardInterrupt):
+    """Ctrl-C stopped the run at a batch boundary, after saving a checkpoint."""
+
+
+class TerminationInterrupt(SignalInterrupt, SIGTERMException):
+    """SIGTERM (or SLURM's requeue signal) stopped the run at a batch boundary, after saving a checkpoint."""
+
+    def __init__(self, signum: int, checkpoint: str | None) -> None:
+        super().__init__(signum, checkpoint)
+        self.code = None  # a SystemExit's status: not the message (the trainer ends the process itself)
 
 
 def _on_slurm() -> bool:
@@ -90,7 +115,7 @@ class SignalConnector:
             raise KeyboardInterrupt  # second Ctrl-C: stop now
         self._stop.signal = signum
         rank_zero_info(
-            ("Detected KeyboardInterrupt, attempting graceful shutdown ... " if signum == signal.SIGINT else "")
+            ("\nDetected KeyboardInterrupt, attempting graceful shutdown ... " if signum == signal.SIGINT else "")
             + f"Received {signal.Signals(signum).name}: finishing the current step, then saving a checkpoint "
             "and stopping." + (" Press Ctrl-C again to stop at once." if signum == signal.SIGINT else "")
         )
@@ -100,7 +125,16 @@ class SignalConnector:
         signum = self.received
         assert signum is not None
         path = self._save()
-        raise SignalInterrupt(signum, path)
+        raise SignalInterrupt.for_signal(signum, path)
+
+    def ignore_ctrl_c(self) -> None:
+        """Ctrl-C does nothing while a run that Ctrl-C (or a KeyboardInterrupt) ended shuts down: pressing it
+        again must not cut the ``on_exception`` hooks and the teardown short. :meth:`restore` puts the handler
+        back."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._previous.setdefault(signal.SIGINT, signal.getsignal(signal.SIGINT))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def _save(self) -> str | None:
         trainer = self.trainer

@@ -1,7 +1,7 @@
 """The ``Trainer``: the public entry points (fit / validate / test / predict) and what users read of a run.
 
 Construction validates every flag (``trainer/config.py``), picks the strategy (``strategies/factory.py``)
-and builds the callbacks and loggers the flags imply (``trainer/connectors.py``). The run's state lives in
+and builds the callbacks and loggers the flags imply (``trainer/connectors/``). The run's state lives in
 one :class:`~fulmen.runtime.context.RunContext` (``trainer.run_context``), which the loops receive; the
 properties below read it. A stage runs through :class:`~fulmen.trainer.runner.StageRunner`.
 """
@@ -34,6 +34,7 @@ from fulmen.strategies.factory import select_strategy
 from fulmen.strategies.strategy import Strategy
 from fulmen.trainer.config import ConfigField, TrainerConfig, parse_flags
 from fulmen.trainer.connectors import build_callbacks, build_loggers, prepare_model
+from fulmen.trainer.connectors.accelerator_connector import _AcceleratorConnector
 from fulmen.trainer.runner import StageRunner
 from fulmen.trainer.signals import SignalConnector
 from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
@@ -142,6 +143,12 @@ class Trainer:
     @property
     def accelerator(self) -> Accelerator:
         return self._context.config.accelerator
+
+    @property
+    def _accelerator_connector(self) -> _AcceleratorConnector:
+        """A read-only view for libraries written against Lightning's trainer internals (optuna-integration's
+        pruning callback reads ``trainer._accelerator_connector.is_distributed``)."""
+        return _AcceleratorConnector(self)
 
     @property
     def lightning_module(self) -> LightningModule:

@@ -22,6 +22,7 @@ import torch
 from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.data import has_len, rebuild_dataloader
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+from fulmen.utilities.memory import garbage_collection_cuda, is_oom_error
 from fulmen.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
@@ -31,36 +32,16 @@ if TYPE_CHECKING:
 
 _MODES = ("power", "binsearch")
 _METHODS = ("fit", "validate", "test", "predict")
-# what allocators say when they run out: CUDA, cuDNN (its workspace), the CPU allocator and Apple's MPS
-_OOM_MESSAGES = (
-    "cuda out of memory",
-    "cuda error: out of memory",
-    "cudnn_status_not_supported",
-    "cudnn_status_alloc_failed",
-    "defaultcpuallocator: can't allocate memory",
-    "mps backend out of memory",
-)
-
-
-def is_oom_error(exception: BaseException) -> bool:
-    """Whether ``exception`` means an allocator ran out of memory (anything else is a real error)."""
-    if isinstance(exception, torch.cuda.OutOfMemoryError):
-        return True
-    if not isinstance(exception, RuntimeError) or not exception.args:
-        return False
-    message = str(exception.args[0]).lower()
-    return any(text in message for text in _OOM_MESSAGES)
 
 
 def free_memory(after_oom: bool) -> None:
     """Release the last trial's memory before the next: a full garbage collection (the trial's trainer and
     tensors sit in reference cycles) then CUDA's cache. On the CPU only after an out-of-memory trial: a full
     collection of a large process costs far more than the small objects a successful trial leaves."""
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-    if cuda or after_oom:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        garbage_collection_cuda()
+    elif after_oom:
         gc.collect()
-    if cuda:
-        torch.cuda.empty_cache()
 
 
 @dataclass

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from fulmen.runtime.rng import capture_rng, restore_rng
+from fulmen.utilities.parsing import attribute_holders, set_attribute
 
 if TYPE_CHECKING:
     from fulmen.core.datamodule import LightningDataModule
@@ -64,24 +65,11 @@ def run_stage(
 
 
 def field_owners(model: Any, datamodule: Any, name: str) -> list[tuple[Any, str]]:
-    """Every place a tuned field ``name`` is found: (object, attribute) for attributes, (hparams, key) for
-    hyperparameters; the module and data module, each directly and in its ``hparams``. A search writes its
-    result to all of them."""
-    owners: list[tuple[Any, str]] = []
-    for holder in (model, datamodule):
-        if holder is None:
-            continue
-        if name in vars(holder) or hasattr(type(holder), name):
-            owners.append((holder, name))
-        hparams = getattr(holder, "hparams", None)
-        if hparams is not None and name in hparams:
-            owners.append((hparams, name))
-    return owners
+    """Every place a tuned field ``name`` is found, as (holder, name): the module and data module, each
+    directly and in its ``hparams`` (see ``attribute_holders``). A search writes its result to all of them."""
+    return [(holder, name) for holder in attribute_holders(model, name, datamodule)]
 
 
 def set_field(owner: Any, name: str, value: Any) -> None:
     """Write a tuned value where it was found: an attribute, or a key of ``hparams`` (a dict)."""
-    if isinstance(owner, dict):
-        owner[name] = value
-    else:
-        setattr(owner, name, value)
+    set_attribute(owner, name, value)

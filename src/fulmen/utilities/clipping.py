@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from fulmen.utilities.enums import GradClipAlgorithmType
 from fulmen.utilities.exceptions import InvalidTypeError, InvalidValueError
 
-CLIP_ALGORITHMS = ("norm", "value")
+CLIP_ALGORITHMS = tuple(GradClipAlgorithmType.supported_types())
 
 
-def check_clip_algorithm(algorithm: Any, flag: str = "gradient_clip_algorithm") -> str:
-    """'norm' or 'value' (any case), lower-cased."""
+def check_clip_algorithm(algorithm: Any, flag: str = "gradient_clip_algorithm") -> GradClipAlgorithmType:
+    """'norm' or 'value' (any case, or the enum member) as a :class:`GradClipAlgorithmType` member, which
+    ``trainer.gradient_clip_algorithm`` shows (it still equals the plain string)."""
     if not isinstance(algorithm, str) or algorithm.lower() not in CLIP_ALGORITHMS:
         raise InvalidValueError(f"`{flag}` {algorithm} is invalid ({flag}={algorithm!r}). Use 'norm' or 'value'.")
-    return algorithm.lower()
+    return GradClipAlgorithmType(algorithm.lower())
 
 
 def check_clip_val(value: Any, flag: str = "gradient_clip_val") -> None:

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, TensorDataset
 
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import WarningCache, rank_zero_warn
+
+if TYPE_CHECKING:
+    from fulmen.strategies.strategy import Strategy
+
+_warnings = WarningCache()
 
 
 def has_len(dataloader: object) -> bool:
@@ -22,42 +30,103 @@ def has_len(dataloader: object) -> bool:
 
 
 def sized_len(dataloader: object) -> int | None:
+    """``len(dataloader)``, or None when it has no length."""
     return len(dataloader) if has_len(dataloader) else None  # type: ignore[arg-type]
 
 
-def is_iterable_dataset(dataloader: object) -> bool:
-    dataset = getattr(dataloader, "dataset", None)
-    return isinstance(dataset, IterableDataset)
+def has_iterable_dataset(dataloader: object) -> bool:
+    """Whether ``dataloader`` reads an ``IterableDataset`` (whose length, if any, the data set only estimates)."""
+    return isinstance(getattr(dataloader, "dataset", None), IterableDataset)
+
+
+is_iterable_dataset = has_iterable_dataset  # fulmen's earlier name
+
+
+def has_len_all_ranks(
+    dataloader: object, strategy: Strategy, allow_zero_length_dataloader_with_multiple_devices: bool = False
+) -> bool:
+    """Whether ``dataloader`` has a length, checking with the other processes (through ``strategy``) that the
+    data is not empty everywhere. A process without batches while others have some raises ``RuntimeError``
+    (it would leave the others waiting in a collective), unless
+    ``allow_zero_length_dataloader_with_multiple_devices=True``, which warns instead."""
+    local_length = sized_len(dataloader)
+    if local_length is None:
+        return False
+    name = type(dataloader).__name__
+    total_length = strategy.reduce(torch.tensor(local_length, device=strategy.root_device), reduce_op="sum")
+    if total_length == 0:
+        rank_zero_warn(
+            f"Total length of `{name}` across ranks is zero. Please make sure this was your intention."
+        )
+    if total_length > 0 and local_length == 0:
+        if not allow_zero_length_dataloader_with_multiple_devices:
+            raise RuntimeError(
+                f"`{name}` within local rank has zero length. Please make sure that it returns at least 1 batch "
+                "(or pass allow_zero_length_dataloader_with_multiple_devices=True to allow it)."
+            )
+        rank_zero_warn(
+            f"Total length of `{name}` across ranks is zero, but local rank has zero length. Please be cautious "
+            "of uneven batch length."
+        )
+    if has_iterable_dataset(dataloader):
+        rank_zero_warn(
+            "Your `IterableDataset` has `__len__` defined. In combination with multi-process data loading (when "
+            "num_workers > 1), `__len__` could be inaccurate if each worker is not configured independently to "
+            "avoid having duplicate data."
+        )
+    return True
+
+
+def suggested_max_num_workers(local_world_size: int) -> int:
+    """An upper bound for ``DataLoader(num_workers=...)``: the CPU cores this process may use, shared among the
+    ``local_world_size`` processes on this machine, less one each for the main process (at least 1)."""
+    if local_world_size < 1:
+        raise ValueError(
+            f"`local_world_size` should be >= 1, got {local_world_size}: pass the number of processes (devices) "
+            "on this machine."
+        )
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // local_world_size - 1)
 
 
 def extract_batch_size(batch: Any) -> int:
-    """Size of the first dimension of the first tensor found in ``batch`` (1 for scalars)."""
-    found = _first_tensor_size(batch)
-    if found is None:
-        raise MisconfigurationException(
-            "Could not infer the batch size from the batch to weight the epoch mean of a logged value. "
-            "Pass it explicitly: self.log(..., batch_size=N)."
-        )
-    return found
+    """The batch size of ``batch``: the size of the first dimension of the first tensor found (1 for a scalar),
+    looking through mappings, iterables and dataclasses. Tensors of different sizes warn (once) that the size is
+    ambiguous; no tensor at all raises ``MisconfigurationException``."""
+    message = (
+        "We could not infer the batch_size from the batch. Either simplify its structure or provide the "
+        "batch_size as `self.log(..., batch_size=batch_size)`."
+    )
+    batch_size = None
+    try:
+        for size in _batch_sizes(batch):
+            if batch_size is None:
+                batch_size = size
+            elif size != batch_size:
+                _warnings.warn(
+                    "Trying to infer the `batch_size` from an ambiguous collection. The batch size we found is "
+                    f"{batch_size}. To avoid any miscalculations, use `self.log(..., batch_size=batch_size)`."
+                )
+                break
+    except RecursionError:
+        raise RecursionError(message) from None
+    if batch_size is None:
+        raise MisconfigurationException(message)
+    return batch_size
 
 
-def _first_tensor_size(batch: Any) -> int | None:
+def _batch_sizes(batch: Any) -> Iterator[int | None]:
+    """The first-dimension size of every tensor in ``batch``, in order; None for each leaf that is no tensor."""
     if isinstance(batch, torch.Tensor):
-        return 1 if batch.ndim == 0 else batch.size(0)
-    if isinstance(batch, (str, bytes)):
-        return len(batch)
-    if isinstance(batch, Mapping):
-        for v in batch.values():
-            n = _first_tensor_size(v)
-            if n is not None:
-                return n
-        return None
-    if isinstance(batch, Iterable) and not isinstance(batch, torch.nn.Module):
-        for v in batch:
-            n = _first_tensor_size(v)
-            if n is not None:
-                return n
-    return None
+        yield 1 if batch.ndim == 0 else batch.size(0)
+    elif isinstance(batch, (Iterable, Mapping)) and not isinstance(batch, str):
+        for item in batch.values() if isinstance(batch, Mapping) else batch:
+            yield from _batch_sizes(item)
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        for f in dataclasses.fields(batch):
+            yield from _batch_sizes(getattr(batch, f.name))
+    else:
+        yield None
 
 
 def parse_num_batches(stage: str, length: int | float, limit: int | float) -> int | float:

@@ -1,9 +1,13 @@
-"""``is_overridden``: whether a user's class replaces one of fulmen's default hooks."""
+"""``is_overridden``: whether a user's class replaces one of fulmen's default hooks; ``get_torchvision_model``."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
 
 # the classes whose methods are the defaults (by qualified name: this module sits below them)
 _BASES = frozenset({
@@ -58,3 +62,16 @@ def is_mock(obj: object) -> bool:
     """A ``unittest.mock`` object (tests stand them in for callbacks and loggers); checked by module name so
     that ``unittest.mock`` is not imported."""
     return type(obj).__module__ == "unittest.mock"
+
+
+def get_torchvision_model(model_name: str, **kwargs: Any) -> nn.Module:
+    """``torchvision.models.get_model(model_name, **kwargs)``: a torchvision architecture by name (``"resnet18"``,
+    ``weights=...``). Needs the ``torchvision`` package."""
+    if importlib.util.find_spec("torchvision") is None:
+        raise ModuleNotFoundError(
+            f"get_torchvision_model({model_name!r}) needs the `torchvision` package, which is not installed: "
+            "pip install torchvision (the release matching your torch)."
+        )
+    from torchvision import models
+
+    return models.get_model(model_name, **kwargs)  # type: ignore[no-any-return]

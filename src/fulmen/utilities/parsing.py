@@ -10,7 +10,7 @@ import enum
 import inspect
 import re
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -75,18 +75,85 @@ def is_picklable(obj: object) -> bool:
 
     try:
         pickle.dumps(obj)
-    except (pickle.PicklingError, TypeError, AttributeError):
+    except (pickle.PickleError, AttributeError, RuntimeError, TypeError):
         return False
     return True
 
 
-def collect_init_args(obj: object, frame: types.FrameType | None) -> dict[str, Any]:
+def clean_namespace(hparams: MutableMapping[Any, Any]) -> None:
+    """Remove (in place, with a warning naming each) the entries of ``hparams`` that cannot be pickled: a
+    checkpoint could not hold them."""
+    for key in [k for k, v in hparams.items() if not is_picklable(v)]:
+        rank_zero_warn(
+            f"Attribute '{key}' removed from hparams because it cannot be pickled. You can suppress this warning "
+            f"by setting `self.save_hyperparameters(ignore=['{key}'])`."
+        )
+        del hparams[key]
+
+
+def parse_class_init_keys(cls: type) -> tuple[str, str | None, str | None]:
+    """The names ``cls.__init__`` gives to ``self``, ``*args`` and ``**kwargs`` (None for those it lacks):
+    ``def __init__(me, a, *rest, **options)`` -> ``("me", "rest", "options")``."""
+    params = list(inspect.signature(cls.__init__).parameters.values())  # type: ignore[misc]
+    if not params:
+        raise TypeError(f"{cls.__qualname__}.__init__ takes no parameters: it cannot be a method taking `self`.")
+    var_args = next((p.name for p in params if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+    var_kwargs = next((p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+    return params[0].name, var_args, var_kwargs
+
+
+def _collect_init_args(obj: object, frame: types.FrameType | None) -> dict[str, Any]:
     """The arguments of every ``__init__`` of ``obj`` on the stack: a parent's own defaults are kept, and
     where two levels name the same argument the outer (the subclass, what the user called) wins."""
     args: dict[str, Any] = {}
     for init_frame in _init_frames(obj, frame):  # innermost first: outer levels update it
         args.update(_frame_args(init_frame))
     return args
+
+
+# `_get_init_args` leaves these out besides self, *args and **kwargs: names a helper's own locals may use
+_NOT_INIT_ARGS = ("__class__", "frame", "frame_args")
+
+
+def _get_init_args(frame: types.FrameType) -> tuple[Any | None, dict[str, Any]]:
+    """``(self, arguments)`` of the ``__init__`` running in ``frame``; ``(None, {})`` for any other frame.
+
+    Only an ``__init__`` defined in a class body counts (its frame holds the ``__class__`` cell that
+    ``super()`` uses): a function that happens to be named ``__init__`` is not a constructor."""
+    if frame.f_code.co_name != "__init__" or "__class__" not in frame.f_locals:
+        return None, {}
+    code = frame.f_code
+    self_arg = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+    return self_arg, {k: v for k, v in _frame_args(frame).items() if k not in _NOT_INIT_ARGS}
+
+
+def get_init_args(frame: types.FrameType) -> dict[str, Any]:
+    """The named arguments of the ``__init__`` running in ``frame`` (its ``**kwargs`` flattened into them),
+    ``{}`` if ``frame`` is not a constructor's."""
+    return _get_init_args(frame)[1]
+
+
+def collect_init_args(
+    frame: types.FrameType,
+    path_args: list[dict[str, Any]],
+    inside: bool = False,
+    classes: tuple[type, ...] = (),
+) -> list[dict[str, Any]]:
+    """Append to ``path_args`` (and return it) the arguments of each constructor in the chain of ``__init__``
+    calls on the stack, starting at ``frame`` or at the first constructor frame above it: the innermost (the
+    base class's) first, the most specific class's last. ``inside=True`` means ``frame`` is already within the
+    chain, which then ends at the first frame that is not a constructor. With ``classes``, only constructors
+    of instances of those classes belong to the chain. The outermost frame of the stack is never read."""
+    current: types.FrameType | None = frame
+    while current is not None and current.f_back is not None:
+        self_arg, args = _get_init_args(current)
+        if "__class__" in current.f_locals and (not classes or isinstance(self_arg, classes)):
+            path_args.append(args)
+            inside = True
+        elif inside:
+            break
+        current = current.f_back
+    return path_args
 
 
 # (class, config) while a command-line config builds that class: see `given_init_config`
@@ -142,10 +209,10 @@ def save_hyperparameters(
             hp = vars(hp)
         hparams = dict(hp) if isinstance(hp, dict) else dict(vars(hp))
         # the __init__ argument that carried the object, so load_from_checkpoint can pass it back by name
-        init_args = collect_init_args(obj, frame) if frame is not None else {}
+        init_args = _collect_init_args(obj, frame) if frame is not None else {}
         obj._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
     else:
-        init_args = given_hparams if given_hparams is not None else collect_init_args(obj, frame)
+        init_args = given_hparams if given_hparams is not None else _collect_init_args(obj, frame)
         if args:
             missing = [a for a in args if a not in init_args]
             if missing:
@@ -227,3 +294,69 @@ def hparams_yaml(hparams: Any) -> str:
         return repr(v)
 
     return str(yaml.safe_dump(plain(dict(vars(hparams) if isinstance(hparams, Namespace) else hparams)), sort_keys=False))
+
+
+# -- a field of the model, wherever the user keeps it (the tuners read and write fields through these) -------
+def attribute_holders(model: Any, attribute: str, datamodule: Any = None) -> list[Any]:
+    """Every place ``attribute`` lives, in this order: the model itself, its ``hparams``, the data module,
+    the data module's ``hparams`` (objects, or ``hparams`` mappings). Reading takes the last, writing goes to
+    all, so that the value a tuner finds reaches whichever of them builds the dataloaders or optimizers."""
+    holders: list[Any] = []
+    for holder in (model, datamodule):
+        if holder is None:
+            continue
+        if hasattr(holder, attribute):
+            holders.append(holder)
+        hparams = getattr(holder, "hparams", None)
+        if hparams is not None and attribute in hparams:
+            holders.append(hparams)
+    return holders
+
+
+def _attached_datamodule(model: Any) -> Any:
+    """The data module of the trainer ``model`` is attached to; None when it has no trainer."""
+    try:
+        trainer = model.trainer
+    except (AttributeError, RuntimeError):  # not a LightningModule, or not attached to a Trainer
+        return None
+    return getattr(trainer, "datamodule", None) if trainer is not None else None
+
+
+def _holders_or_raise(model: Any, attribute: str) -> list[Any]:
+    holders = attribute_holders(model, attribute, _attached_datamodule(model))
+    if not holders:
+        raise AttributeError(
+            f"{attribute} is neither stored in the model namespace nor the `hparams` namespace/dict, nor the "
+            f"datamodule. Looked in {type(model).__name__}, its hparams and (when a trainer is attached) the "
+            f"datamodule: define `{attribute}` in one of them, e.g. `self.{attribute} = ...` in __init__."
+        )
+    return holders
+
+
+def lightning_hasattr(model: Any, attribute: str) -> bool:
+    """Whether ``attribute`` is on the model, in its ``hparams``, or on the attached data module or its
+    ``hparams``."""
+    return bool(attribute_holders(model, attribute, _attached_datamodule(model)))
+
+
+def lightning_getattr(model: Any, attribute: str) -> Any | None:
+    """The value of ``attribute`` from the last of the places :func:`attribute_holders` lists that has it;
+    ``AttributeError`` when none has."""
+    holder = _holders_or_raise(model, attribute)[-1]
+    return holder[attribute] if isinstance(holder, Mapping) else getattr(holder, attribute)
+
+
+def lightning_setattr(model: Any, attribute: str, value: Any) -> None:
+    """Set ``attribute`` to ``value`` in every place :func:`attribute_holders` finds it; ``AttributeError``
+    when none has it (nothing would read a new attribute)."""
+    for holder in _holders_or_raise(model, attribute):
+        set_attribute(holder, attribute, value)
+
+
+def set_attribute(holder: Any, attribute: str, value: Any) -> None:
+    """Write ``value`` where :func:`attribute_holders` found ``attribute``: a key of an ``hparams`` mapping,
+    else an attribute."""
+    if isinstance(holder, MutableMapping):
+        holder[attribute] = value
+    else:
+        setattr(holder, attribute, value)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Generator
+from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -75,3 +78,52 @@ def pl_worker_init_function(worker_id: int, rank: int | None = None) -> None:
         np.random.seed(int.from_bytes(digest[16:20], "little"))
     except ImportError:
         pass
+
+
+def capture_rng(include_cuda: bool | None = None) -> dict[str, Any]:
+    """Every global generator's state: torch's, python's, numpy's (as plain ints, so a checkpoint can hold it)
+    and CUDA's. ``include_cuda=None`` takes CUDA's only once CUDA is initialised (asking would initialise it,
+    which a process about to fork must not do); ``True`` whenever CUDA is available; ``False`` never."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    try:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()  # type: ignore[misc]
+        state["numpy"] = (str(kind), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss))
+    except ImportError:  # numpy is optional
+        pass
+    wanted = include_cuda if include_cuda is not None else torch.cuda.is_initialized()
+    if wanted and torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Set the global generators back to a :func:`capture_rng` state (the parts it holds)."""
+    if "torch" in state:
+        torch.set_rng_state(state["torch"])
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "numpy" in state:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        states = state["cuda"]
+        if len(states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states)
+
+
+@contextmanager
+def isolate_rng(include_cuda: bool = True) -> Generator[None, None, None]:
+    """Draw random numbers inside the block without changing what the program draws after it: torch's,
+    numpy's, python's and (``include_cuda=True``, when CUDA is available) CUDA's generators are put back on
+    exit, also when the block raises. Pass ``include_cuda=False`` in a forked process, where CUDA must not be
+    initialised."""
+    state = capture_rng(include_cuda=include_cuda)
+    try:
+        yield
+    finally:
+        restore_rng(state)

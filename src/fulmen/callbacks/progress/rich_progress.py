@@ -1,13 +1,22 @@
-"""``RichProgressBar`` and ``RichModelSummary``: the progress display and the layer table drawn with ``rich``
-(``pip install 'fulmen[rich]'``; ``rich`` is imported when one of them is made).
+"""``RichProgressBar``: the progress display drawn with ``rich`` (``pip install 'fulmen[rich]'``), and the rich
+columns it is made of (``CustomProgress``, ``CustomBarColumn``, ``BatchesProcessedColumn``,
+``CustomTimeColumn``, ``ProcessingSpeedColumn``, ``MetricsTextColumn``, ``CustomInfiniteTask``), for
+``configure_columns`` overrides and other displays.
 
-The bar redraws at most ten times a second (and reads the metrics it shows only then: each read is a
-host-device sync). Written to a file or a pipe (not a terminal), ``rich`` does not animate: the final state
-of the display is printed once when it stops, never a line per batch.
+Importing this module does not import ``rich``: the column classes derive from rich's and are built on first
+access, and ``RichProgressBar`` imports rich when it is made.
+
+The display redraws at most ``refresh_rate`` times a second, in the training process (no drawing thread),
+and reads the metrics it shows at most ten times a second (each read may wait for the device). Written to a
+file or a pipe (not a terminal), ``rich`` does not animate: the final state of the display is printed once
+when it stops, never a line per batch.
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,10 +28,182 @@ if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
     from fulmen.trainer.trainer import Trainer
 
+_RICH_CLASSES = (
+    "BatchesProcessedColumn", "CustomBarColumn", "CustomInfiniteTask", "CustomProgress", "CustomTimeColumn",
+    "MetricsTextColumn", "ProcessingSpeedColumn",
+)  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RICH_CLASSES:
+        return _rich_classes()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _is_finite(total: float | None) -> bool:
+    return total is not None and math.isfinite(total)
+
+
+def _format_metrics(metrics: dict[str, Any], delimiter: str, metrics_format: str) -> str:
+    """``name: value`` pairs; numbers in ``metrics_format``, anything it cannot format as its ``str()``."""
+    parts = []
+    for name, value in metrics.items():
+        if not isinstance(value, str):
+            try:
+                value = format(value, metrics_format)
+            except (TypeError, ValueError):
+                value = str(value)
+        parts.append(f"{name}: {value}")
+    return delimiter.join(parts)
+
+
+@functools.cache
+def _rich_classes() -> dict[str, type]:
+    """The classes that derive from rich's, defined once rich is imported."""
+    require("rich", "rich", "The rich progress columns")
+    from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID
+    from rich.progress_bar import ProgressBar as RichBar
+    from rich.text import Text
+
+    class CustomBarColumn(BarColumn):
+        """rich's bar column, which also draws a task of unknown or infinite total (a loader without a
+        length): as a pulsing bar."""
+
+        def render(self, task: Task) -> RichBar:
+            finite = _is_finite(task.total)
+            return RichBar(
+                total=max(0.0, task.total) if finite else None,  # type: ignore[type-var]
+                completed=max(0.0, task.completed),
+                width=None if self.bar_width is None else max(1, self.bar_width),
+                pulse=not task.started or not finite,
+                animation_time=task.get_time(),
+                style=self.style,
+                complete_style=self.complete_style,
+                finished_style=self.finished_style,
+                pulse_style=self.pulse_style,
+            )
+
+    @dataclass
+    class CustomInfiniteTask(Task):
+        """A task of infinite total: it has no time remaining (rich's estimate would divide infinity)."""
+
+        @property
+        def time_remaining(self) -> float | None:
+            return None
+
+    class CustomProgress(Progress):
+        """rich's ``Progress`` that also takes tasks of infinite total (``add_task(total=float("inf"))``)."""
+
+        def add_task(
+            self,
+            description: str,
+            start: bool = True,
+            total: float | None = 100.0,
+            completed: int = 0,
+            visible: bool = True,
+            **fields: Any,
+        ) -> TaskID:
+            if total is not None and math.isinf(total):
+                task = CustomInfiniteTask(
+                    self._task_index, description, total, completed, visible=visible, fields=fields,
+                    _get_time=self.get_time, _lock=self._lock,
+                )  # fmt: skip
+                return self.add_custom_task(task, start=start)
+            return super().add_task(description, start, total, completed, visible, **fields)
+
+        def add_custom_task(self, task: Task, start: bool = True) -> TaskID:
+            """Add a task made elsewhere (its id must be the next one, ``self._task_index``)."""
+            with self._lock:
+                task_id = self._task_index
+                self._tasks[task_id] = task
+                if start:
+                    self.start_task(task_id)
+                self._task_index = TaskID(int(task_id) + 1)
+            self.refresh()
+            return task_id
+
+        def soft_refresh(self) -> None:
+            """Redraw, unless a refresh thread (``auto_refresh=True``) draws on its own schedule."""
+            if not self.live.auto_refresh:
+                self.refresh()
+
+    class CustomTimeColumn(ProgressColumn):
+        """``elapsed • remaining`` (``-:--:--`` where unknown), redrawn twice a second at most."""
+
+        max_refresh = 0.5
+
+        def __init__(self, style: Any) -> None:
+            self.style = style
+            super().__init__()
+
+        def render(self, task: Task) -> Text:
+            elapsed = task.finished_time if task.finished else task.elapsed
+            remaining = task.time_remaining
+
+            def show(seconds: float | None) -> str:
+                return "-:--:--" if seconds is None else str(datetime.timedelta(seconds=int(seconds)))
+
+            return Text(f"{show(elapsed)} • {show(remaining)}", style=self.style)
+
+    class BatchesProcessedColumn(ProgressColumn):
+        """``done/total`` batches (``--`` for a total that is not known)."""
+
+        def __init__(self, style: Any) -> None:
+            self.style = style
+            super().__init__()
+
+        def render(self, task: Task) -> Text:
+            total = task.total
+            shown = (int(total) if float(total).is_integer() else total) if _is_finite(total) else "--"  # type: ignore[arg-type]
+            return Text(f"{int(task.completed)}/{shown}", style=self.style)
+
+    class ProcessingSpeedColumn(ProgressColumn):
+        """Batches per second (rich's estimate over the last half minute)."""
+
+        def __init__(self, style: Any) -> None:
+            self.style = style
+            super().__init__()
+
+        def render(self, task: Task) -> Text:
+            speed = f"{task.speed:>.2f}" if task.speed is not None else "0.00"
+            return Text(f"{speed}it/s", style=self.style)
+
+    class MetricsTextColumn(ProgressColumn):
+        """The metrics last given to :meth:`update`, on the training bar's row while fitting (other rows and
+        stages: empty). Rendering never reads metrics itself: they are read where it is safe, then handed over."""
+
+        def __init__(self, trainer: Trainer, style: Any, text_delimiter: str, metrics_format: str) -> None:
+            self._trainer = trainer
+            self._style = style
+            self._text_delimiter = text_delimiter
+            self._metrics_format = metrics_format
+            self._metrics: dict[Any, Any] = {}
+            super().__init__()
+
+        def update(self, metrics: dict[Any, Any]) -> None:
+            self._metrics = metrics
+
+        def render(self, task: Task) -> Text:
+            trainer = self._trainer
+            fn = trainer.state.fn
+            bar = trainer.progress_bar_callback
+            if (
+                getattr(fn, "value", fn) != "fit"
+                or trainer.sanity_checking
+                or getattr(bar, "train_progress_bar_id", None) != task.id
+            ):
+                return Text()
+            text = _format_metrics(self._metrics, self._text_delimiter, self._metrics_format)
+            return Text(text, justify="left", style=self._style)
+
+    return {cls.__name__: cls for cls in (CustomBarColumn, CustomInfiniteTask, CustomProgress, CustomTimeColumn,
+                                          BatchesProcessedColumn, ProcessingSpeedColumn, MetricsTextColumn)}  # fmt: skip
+
 
 @dataclass
 class RichProgressBarTheme:
-    """Styles (rich style strings or ``rich.style.Style``) of the parts of a ``RichProgressBar``."""
+    """Styles (rich style strings or ``rich.style.Style``) of the parts of a ``RichProgressBar``, and how its
+    metrics are written (``metrics_format`` for numbers, ``metrics_text_delimiter`` between them)."""
 
     description: Any = ""
     progress_bar: Any = "#6206E0"
@@ -37,203 +218,287 @@ class RichProgressBarTheme:
 
 
 class RichProgressBar(RefreshingBar):
-    """A rich progress display: a bar for the training epoch (one per epoch with ``leave=True``), one for
-    each validation / test / predict run, and the ``prog_bar`` metrics on a line below."""
+    """A rich progress display: a bar for the training epoch (one per epoch with ``leave=True``) with the
+    ``prog_bar`` metrics on its row, and one per validation / test / predict dataloader.
 
-    _MIN_DRAW_INTERVAL = 0.1  # seconds between redraws (and metric reads)
+    ``refresh_rate`` is how many times a second the display may redraw (0 turns it off).
+    ``configure_columns`` gives the columns of a row; override it to show others.
+    """
+
+    _METRICS_INTERVAL = 0.1  # seconds between two reads of the metrics shown
 
     def __init__(
         self,
-        refresh_rate: int = 1,
+        refresh_rate: int = 100,
         leave: bool = False,
-        theme: RichProgressBarTheme | None = None,
+        theme: RichProgressBarTheme = RichProgressBarTheme(),
         console_kwargs: dict[str, Any] | None = None,
     ) -> None:
         require("rich", "rich", "RichProgressBar")
         super().__init__(refresh_rate)
         self._leave = leave
-        self.theme = theme or RichProgressBarTheme()
+        self.theme = theme if theme is not None else RichProgressBarTheme()
         self._console_kwargs = console_kwargs or {}
+        self._console: Any = None
         self.progress: Any = None
+        self._metric_component: Any = None
+        self._progress_stopped = False
+        self._last_draw = -math.inf
+        self._last_metrics_read = -math.inf
+        self._reset_progress_bar_ids()
+
+    def _reset_progress_bar_ids(self) -> None:
         self.train_progress_bar_id: Any = None
+        self.val_sanity_progress_bar_id: Any = None
         self.val_progress_bar_id: Any = None
-        self._metrics_text = ""
-        self._last_draw = 0.0
-        self._eval_n = 0
-        self._eval_total: int | float | None = None
+        self.test_progress_bar_id: Any = None
+        self.predict_progress_bar_id: Any = None
+
+    # -- the tasks --------------------------------------------------------------------------------------
+    def _task(self, task_id: Any) -> Any:
+        if self.progress is None or task_id is None:
+            raise AttributeError(f"{type(self).__name__}: that bar is not being shown now.")
+        return next(task for task in self.progress.tasks if task.id == task_id)
+
+    @property
+    def train_progress_bar(self) -> Any:
+        return self._task(self.train_progress_bar_id)
+
+    @property
+    def val_sanity_check_bar(self) -> Any:
+        return self._task(self.val_sanity_progress_bar_id)
+
+    @property
+    def val_progress_bar(self) -> Any:
+        return self._task(self.val_progress_bar_id)
+
+    @property
+    def test_progress_bar(self) -> Any:
+        return self._task(self.test_progress_bar_id)
+
+    # -- drawing ---------------------------------------------------------------------------------------
+    def configure_columns(self, trainer: Trainer) -> list[Any]:
+        """The columns of each bar's row, left to right (the metrics column follows them)."""
+        from rich.progress import TextColumn
+
+        classes = _rich_classes()
+        theme = self.theme
+        return [
+            TextColumn("[progress.description]{task.description}"),
+            classes["CustomBarColumn"](
+                complete_style=theme.progress_bar,
+                finished_style=theme.progress_bar_finished,
+                pulse_style=theme.progress_bar_pulse,
+            ),
+            classes["BatchesProcessedColumn"](style=theme.batch_progress),
+            classes["CustomTimeColumn"](style=theme.time),
+            classes["ProcessingSpeedColumn"](style=theme.processing_speed),
+        ]
+
+    def _init_progress(self, trainer: Trainer) -> None:
+        if self.is_disabled or (self.progress is not None and not self._progress_stopped):
+            return
+        from rich.console import Console
+
+        classes = _rich_classes()
+        self._reset_progress_bar_ids()
+        if self._console is None:
+            self._console = Console(**self._console_kwargs)
+        theme = self.theme
+        self._metric_component = classes["MetricsTextColumn"](
+            trainer, theme.metrics, theme.metrics_text_delimiter, theme.metrics_format
+        )
+        self.progress = classes["CustomProgress"](
+            *self.configure_columns(trainer), self._metric_component, console=self._console, auto_refresh=False
+        )
+        self.progress.start()
+        self._progress_stopped = False
+
+    def _stop_progress(self) -> None:
+        if self.progress is not None and not self._progress_stopped:
+            self.progress.stop()
+            self._progress_stopped = True
+
+    def refresh(self, hard: bool = False) -> None:
+        """Redraw: at once when ``hard``, else unless the last redraw is less than ``1 / refresh_rate`` s old."""
+        if self.progress is None or self._progress_stopped:
+            return
+        now = time.monotonic()
+        if not hard and now - self._last_draw < 1.0 / max(self.refresh_rate, 1):
+            return
+        self._last_draw = now
+        self.progress.refresh()
+
+    def _add_task(self, total_batches: int | float, description: str, visible: bool = True) -> Any:
+        if self.theme.description:
+            description = f"[{self.theme.description}]{description}"
+        return self.progress.add_task(description, total=total_batches, visible=visible)
+
+    def _remove_task(self, task_id: Any) -> None:
+        if self.progress is not None and task_id is not None:
+            self.progress.remove_task(task_id)
+
+    def _update(self, task_id: Any, current: int, hard: bool = False) -> None:
+        if self.progress is None or self.is_disabled or task_id is None or self._progress_stopped:
+            return
+        self.progress.update(task_id, completed=current, visible=True)
+        total = self._task(task_id).total
+        self.refresh(hard=hard or (_is_finite(total) and current >= total))
+
+    def _update_metrics(self, trainer: Trainer, pl_module: LightningModule, force: bool = False) -> None:
+        if self.is_disabled or self._metric_component is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_metrics_read < self._METRICS_INTERVAL:
+            return
+        self._last_metrics_read = now
+        self._metric_component.update(self.get_metrics(trainer, pl_module))
+
+    def get_metrics(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
+        from torch import Tensor
+
+        from fulmen.utilities.apply_func import apply_to_collection
+
+        return apply_to_collection(super().get_metrics(trainer, pl_module), Tensor, lambda t: t.item())  # type: ignore[no-any-return]
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        description = f"Epoch {current_epoch}"
+        if self.trainer.max_epochs is not None:
+            description += f"/{self.trainer.max_epochs - 1}"
+        # as wide as "Validation", so that the bars start in the same column
+        return f"{description:{len(self.validation_description)}}"
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        if self.progress is not None:
+        if self.progress is not None and not self._progress_stopped:
             self.progress.console.print(*args, **kwargs)
         else:
             print(*args, **kwargs)
 
-    # -- drawing ---------------------------------------------------------------------------------------
-    def _start(self) -> None:
-        if self.progress is not None or self.is_disabled:
-            return
-        from rich.console import Console, Group
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-        from rich.text import Text
-
-        theme, bar = self.theme, self
-
-        class _Progress(Progress):
-            def get_renderables(self) -> Any:  # the bars, then the metrics line
-                yield Group(self.make_tasks_table(self.tasks), Text(bar._metrics_text, style=theme.metrics))
-
-        self.progress = _Progress(
-            TextColumn("[progress.description]{task.description}", style=theme.description),
-            BarColumn(style="bar.back", complete_style=theme.progress_bar, finished_style=theme.progress_bar_finished,
-                      pulse_style=theme.progress_bar_pulse),
-            TextColumn("{task.completed}/{task.fields[total_text]}", style=theme.batch_progress),
-            TimeElapsedColumn(),
-            TextColumn("•", style=theme.time),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[speed]}", style=theme.processing_speed),
-            console=Console(**self._console_kwargs),
-            auto_refresh=False,
-        )
-        self.progress.start()
-
-    def _stop(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
-            self.train_progress_bar_id = self.val_progress_bar_id = None
-
-    def _add_task(self, description: str, total: int | float | None, visible: bool = True) -> Any:
-        finite = total if total not in (None, float("inf")) else None
-        return self.progress.add_task(description, total=finite, visible=visible, speed="",
-                                      total_text="?" if finite is None else str(int(finite)))  # fmt: skip
-
-    def _advance(self, task: Any, n: int, total: int | float | None, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self.progress is None or task is None:
-            return
-        last = total not in (None, float("inf")) and n >= int(total)  # type: ignore[arg-type]
-        if not last and n % self._refresh_rate:
-            return
-        now = time.monotonic()
-        if not last and now - self._last_draw < self._MIN_DRAW_INTERVAL:
-            return
-        self._last_draw = now
-        elapsed = self.progress.tasks[self._index(task)].elapsed or 0.0
-        speed = f"{n / elapsed:.2f}it/s" if elapsed > 0 else ""
-        self.progress.update(task, completed=n, speed=speed)
-        if task == self.train_progress_bar_id or trainer.state.fn is None or trainer.state.fn.value != "fit":
-            self._metrics_text = self._format_metrics(trainer, pl_module)
-        self.progress.refresh()
-
-    def _index(self, task: Any) -> int:
-        return next(i for i, t in enumerate(self.progress.tasks) if t.id == task)
-
-    def _format_metrics(self, trainer: Trainer, pl_module: LightningModule) -> str:
-        parts = []
-        for key, value in self.get_metrics(trainer, pl_module).items():
-            if isinstance(value, float):
-                value = format(value, self.theme.metrics_format)
-            parts.append(f"{key}: {value}")
-        return self.theme.metrics_text_delimiter.join(parts)
-
     # -- hooks -----------------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if not trainer.is_global_zero:
-            self.disable()
-
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._start()
-
-    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._start()
-        if self.progress is None:
-            return
-        description = f"Epoch {trainer.current_epoch}"
-        if self.train_progress_bar_id is not None and not self._leave:
-            self.progress.reset(self.train_progress_bar_id, total=None, description=description)
-            total = trainer.num_training_batches
-            finite = total if total != float("inf") else None
-            self.progress.update(self.train_progress_bar_id, total=finite,
-                                 total_text="?" if finite is None else str(int(finite)))  # fmt: skip
-        else:
-            self.train_progress_bar_id = self._add_task(description, trainer.num_training_batches)
-        self.progress.refresh()
-
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self._advance(self.train_progress_bar_id, batch_idx + 1, trainer.num_training_batches, trainer, pl_module)
-
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self.progress is not None:
-            self._metrics_text = self._format_metrics(trainer, pl_module)
-            self.progress.refresh()
-
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._stop()
-
-    def _eval_start(self, trainer: Trainer, description: str, totals: list[int | float]) -> None:
-        self._eval_n = 0
-        self._eval_total = sum(totals) if totals else None
-        self._start()
-        if self.progress is None:
-            return
-        self.val_progress_bar_id = self._add_task(description, self._eval_total)
-        self.progress.refresh()
-
-    def _eval_batch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_n += 1
-        self._advance(self.val_progress_bar_id, self._eval_n, self._eval_total, trainer, pl_module)
-
-    def _eval_end(self, trainer: Trainer) -> None:
-        if self.progress is None or self.val_progress_bar_id is None:
-            return
-        fitting = trainer.state.fn is not None and trainer.state.fn.value == "fit"
-        if fitting or not self._leave:
-            self.progress.remove_task(self.val_progress_bar_id)  # validation inside fit never stays
-        self.val_progress_bar_id = None
-        self.progress.refresh()
-        if not fitting:
-            self._stop()
-
-    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_start(trainer, "Sanity Checking", trainer.num_sanity_val_batches)
-
-    def on_sanity_check_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self.progress is not None and self.val_progress_bar_id is not None:
-            self.progress.remove_task(self.val_progress_bar_id)
-            self.val_progress_bar_id = None
+        self._init_progress(trainer)
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._eval_start(trainer, "Validation", trainer.num_val_batches)
-
-    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
-        self._eval_batch_end(trainer, pl_module)
-
-    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._eval_end(trainer)
-            if self.progress is not None:
-                self._metrics_text = self._format_metrics(trainer, pl_module)
+        self._init_progress(trainer)
 
     def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_start(trainer, "Testing", trainer.num_test_batches)
-
-    def on_test_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
-        self._eval_batch_end(trainer, pl_module)
-
-    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_end(trainer)
+        self._init_progress(trainer)
 
     def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_start(trainer, "Predicting", trainer.num_predict_batches)
+        self._init_progress(trainer)
 
-    def on_predict_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
-        self._eval_batch_end(trainer, pl_module)
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._init_progress(trainer)
+
+    def on_sanity_check_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._remove_task(self.val_sanity_progress_bar_id)
+        self.val_sanity_progress_bar_id = None
+        self.refresh(hard=True)
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.is_disabled:
+            return
+        if self.train_progress_bar_id is not None and self._leave:  # the finished epoch's bar stays printed
+            self._stop_progress()
+        self._init_progress(trainer)
+        # a new task each epoch: the total may change between epochs, from finite to unknown too
+        self._remove_task(self.train_progress_bar_id)
+        self.train_progress_bar_id = self._add_task(self.total_train_batches,
+                                                    self._get_train_description(trainer.current_epoch))  # fmt: skip
+        self.refresh(hard=True)
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.is_disabled:
+            return
+        if self.train_progress_bar_id is None:  # resumed in the middle of an epoch
+            self.on_train_epoch_start(trainer, pl_module)
+        self._update_metrics(trainer, pl_module)
+        self._update(self.train_progress_bar_id, batch_idx + 1)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._update_metrics(trainer, pl_module, force=True)
+        self.refresh(hard=True)
+
+    def _eval_bar(self, task_id: Any, total: int | float, description: str) -> Any:
+        """A new bar for the next dataloader of an evaluation run, replacing the previous loader's."""
+        self._remove_task(task_id)
+        new = self._add_task(total, description)
+        self.refresh(hard=True)
+        return new
+
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.is_disabled or self.progress is None or not self.has_dataloader_changed(dataloader_idx):
+            return
+        total = self.total_val_batches_current_dataloader
+        if trainer.sanity_checking:
+            self.val_sanity_progress_bar_id = self._eval_bar(self.val_sanity_progress_bar_id, total,
+                                                             self.sanity_check_description)  # fmt: skip
+        else:
+            self.val_progress_bar_id = self._eval_bar(self.val_progress_bar_id, total, self.validation_description)
+
+    def on_validation_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        task_id = self.val_sanity_progress_bar_id if trainer.sanity_checking else self.val_progress_bar_id
+        self._update(task_id, batch_idx + 1)
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        fn = trainer.state.fn
+        if getattr(fn, "value", fn) == "fit" and not trainer.sanity_checking:  # validation inside fit never stays
+            self._remove_task(self.val_progress_bar_id)
+            self.val_progress_bar_id = None
+            self.refresh(hard=True)
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        fn = trainer.state.fn
+        if getattr(fn, "value", fn) == "fit":
+            self._update_metrics(trainer, pl_module, force=True)
+        self.reset_dataloader_idx_tracker()
+
+    def on_test_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.is_disabled or self.progress is None or not self.has_dataloader_changed(dataloader_idx):
+            return
+        self.test_progress_bar_id = self._eval_bar(self.test_progress_bar_id, self.total_test_batches_current_dataloader,
+                                                   self.test_description)  # fmt: skip
+
+    def on_test_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._update(self.test_progress_bar_id, batch_idx + 1)
+
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.reset_dataloader_idx_tracker()
+
+    def on_predict_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.is_disabled or self.progress is None or not self.has_dataloader_changed(dataloader_idx):
+            return
+        self.predict_progress_bar_id = self._eval_bar(
+            self.predict_progress_bar_id, self.total_predict_batches_current_dataloader, self.predict_description
+        )
+
+    def on_predict_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        self._update(self.predict_progress_bar_id, batch_idx + 1)
 
     def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._eval_end(trainer)
+        self.reset_dataloader_idx_tracker()
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        self._stop()  # the terminal must be usable for the traceback
+        self._stop_progress()  # the terminal must be usable for the traceback
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        self._stop()
+        self._stop_progress()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the console and the display hold locks and threads, which do not pickle
+        return {**self.__dict__, "progress": None, "_console": None, "_metric_component": None}

@@ -12,6 +12,7 @@ state as one line when it is kept (each training epoch, each test / predict run)
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -26,23 +27,38 @@ if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
     from fulmen.trainer.trainer import Trainer
 
+_NUMBER_WIDTH = 5  # short numbers in the postfix are padded with zeros to this many characters
+
+
 class Tqdm(_tqdm):  # type: ignore[misc]
-    """tqdm whose numbers (in the postfix) show floats with three decimals: ``loss=0.120`` not ``0.12``."""
+    """tqdm whose postfix numbers keep a steady width: floats padded with zeros to five characters
+    (``loss=0.120``, ``1.000``, ``12.30``), so the bar does not jitter as the values change."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
 
     @staticmethod
     def format_num(n: int | float | str) -> str:
-        """``1.0`` -> ``'1.000'``, ``'0.1'`` -> ``'0.100'``, ``1e-5`` -> ``'1e-5'``; ints and other text as tqdm
-        writes them."""
-        is_float_text = isinstance(n, str) and "." in n and _is_number(n)
-        if isinstance(n, float) or is_float_text:
-            value = float(n)
-            text = f"{value:.3f}"
-            if value != 0 and float(text) == 0:  # too small for three decimals: tqdm's short form
-                return str(_tqdm.format_num(value))
+        """Numbers as tqdm shortens them (three significant digits or scientific notation, whichever is
+        shorter), then floats and text padded to five characters: ``1.0`` -> ``'1.000'``, ``12.3456`` ->
+        ``'12.30'``, ``'0.1'`` -> ``'0.100'``; scientific notation (``1e-5``), ints and words stay as they are."""
+        text = n if isinstance(n, str) else str(_tqdm.format_num(n))
+        if not isinstance(n, float | str) or "e" in text:
             return text
-        if isinstance(n, str):
-            return n
-        return str(_tqdm.format_num(n))
+        if "." not in text:
+            if len(text) >= _NUMBER_WIDTH:
+                return text
+            if not _is_number(text):
+                return text  # a word: nothing to pad
+            text += "."
+        return text.ljust(_NUMBER_WIDTH, "0")
+
+
+def convert_inf(x: int | float | None) -> int | float | None:
+    """A count for tqdm's ``total``: ``None`` (unknown) for an infinite or NaN one, else unchanged."""
+    if x is None or math.isinf(x) or math.isnan(x):
+        return None
+    return x
 
 
 def _is_number(text: str) -> bool:
@@ -78,6 +94,7 @@ class TQDMProgressBar(RefreshingBar):
         self._predict_progress_bar: Tqdm | None = None
         self._last_draw = 0.0
         self._to_terminal = True  # where the last bar made was drawn
+        self._epoch_line_written = False  # a log file already holds this epoch's line
 
     def __getstate__(self) -> dict[str, Any]:
         # the bars hold a stream and a lock: a pickled callback (ddp_spawn, deepcopy) starts without them
@@ -209,6 +226,7 @@ class TQDMProgressBar(RefreshingBar):
             self._close_train_bar()
             self.train_progress_bar = self.init_train_tqdm()
         self._restart(self.train_progress_bar, self.total_train_batches, f"Epoch {trainer.current_epoch}")
+        self._epoch_line_written = False
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -225,6 +243,7 @@ class TQDMProgressBar(RefreshingBar):
             bar.refresh()
             if not self._to_terminal:
                 bar.fp.write("\n")  # a log file gets the finished epoch as one line
+                self._epoch_line_written = True
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._close_train_bar()
@@ -240,6 +259,21 @@ class TQDMProgressBar(RefreshingBar):
         bar.close()
         bar.leave = leave
 
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        """Close the bars now, their last state written, so that what the program prints after a failed run
+        (its own messages, the traceback) comes after the bar rather than before it (an open bar is otherwise
+        finished only when the interpreter exits)."""
+        train = self._train_progress_bar
+        if train is not None and not train.disable and not self._to_terminal and not self._epoch_line_written:
+            train.refresh()
+            train.fp.write("\n")  # in a log file: the epoch's line as far as it went
+            self._epoch_line_written = True
+        for bar in (self._val_progress_bar, self._test_progress_bar, self._predict_progress_bar):
+            if bar is not None:
+                bar.close()
+        self._close_train_bar()
+        sys.stdout.flush()
+
     # -- validation, test, predict ---------------------------------------------------------------------
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.sanity_checking:
@@ -251,7 +285,7 @@ class TQDMProgressBar(RefreshingBar):
         if self.has_dataloader_changed(dataloader_idx):
             description = self.sanity_check_description if trainer.sanity_checking else self.validation_description
             self._restart(self.val_progress_bar, self.total_val_batches_current_dataloader,
-                          f"{description} DataLoader {dataloader_idx}: ")  # fmt: skip
+                          f"{description} DataLoader {dataloader_idx}")  # fmt: skip
 
     def on_validation_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
@@ -274,7 +308,7 @@ class TQDMProgressBar(RefreshingBar):
     ) -> None:
         if self.has_dataloader_changed(dataloader_idx):
             self._restart(self.test_progress_bar, self.total_test_batches_current_dataloader,
-                          f"{self.test_description} DataLoader {dataloader_idx}: ")  # fmt: skip
+                          f"{self.test_description} DataLoader {dataloader_idx}")  # fmt: skip
 
     def on_test_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
@@ -295,7 +329,7 @@ class TQDMProgressBar(RefreshingBar):
     ) -> None:
         if self.has_dataloader_changed(dataloader_idx):
             self._restart(self.predict_progress_bar, self.total_predict_batches_current_dataloader,
-                          f"{self.predict_description} DataLoader {dataloader_idx}: ")  # fmt: skip
+                          f"{self.predict_description} DataLoader {dataloader_idx}")  # fmt: skip
 
     def on_predict_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
@@ -324,7 +358,8 @@ _BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_f
 
 def _total(total: int | float) -> int | None:
     """tqdm's total: ``None`` (unknown length) for an infinite count."""
-    return None if total == float("inf") else int(total)
+    count = convert_inf(total)
+    return None if count is None else int(count)
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -362,4 +397,4 @@ class _FinishedLines:
         return False
 
 
-__all__ = ["TQDMProgressBar", "Tqdm"]
+__all__ = ["TQDMProgressBar", "Tqdm", "convert_inf"]

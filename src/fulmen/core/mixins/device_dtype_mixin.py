@@ -1,17 +1,11 @@
-"""Device/dtype tracking and hyper-parameter storage, shared by modules and data modules."""
+"""``DeviceDtypeModuleMixin``: the device and dtype a module was moved to, also for modules without parameters."""
 
 from __future__ import annotations
 
-import copy
-import inspect
-import types
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
-
-from fulmen.utilities.parsing import AttributeDict, save_hyperparameters
 
 
 class DeviceDtypeModuleMixin(nn.Module):
@@ -83,50 +77,3 @@ class DeviceDtypeModuleMixin(nn.Module):
                     module._device = torch.device(device)
                 if dtype is not None and dtype.is_floating_point:
                     module._dtype = dtype
-
-
-class HyperparametersMixin:
-    """``save_hyperparameters()`` and the ``hparams`` it fills."""
-
-    __jit_unused_properties__: list[str] = ["hparams", "hparams_initial"]
-    # a class default: nn.Module.__init__ does not chain to this mixin's __init__
-    _log_hyperparams: bool = True
-
-    def save_hyperparameters(
-        self,
-        *args: Any,
-        ignore: Sequence[str] | str | None = None,
-        frame: types.FrameType | None = None,
-        logger: bool = True,
-    ) -> None:
-        """Record the arguments of ``__init__`` (all, or those named) in ``self.hparams``.
-
-        They go into checkpoints and to the loggers (unless ``logger=False``).
-        """
-        self._log_hyperparams = logger
-        if frame is None:
-            current = inspect.currentframe()
-            frame = current.f_back if current is not None else None
-        save_hyperparameters(self, *args, ignore=ignore, frame=frame)
-
-    def _set_hparams(self, hp: dict[str, Any] | Any) -> None:
-        if isinstance(hp, dict) and not isinstance(hp, AttributeDict):
-            hp = AttributeDict(hp)
-        self._hparams = hp
-
-    @property
-    def log_hyperparams_enabled(self) -> bool:
-        """Whether loggers receive these hyperparameters (``save_hyperparameters(logger=False)`` turns it off)."""
-        return self._log_hyperparams
-
-    @property
-    def hparams(self) -> AttributeDict:
-        if not hasattr(self, "_hparams"):
-            self._hparams = AttributeDict()
-        return self._hparams
-
-    @property
-    def hparams_initial(self) -> AttributeDict:
-        if not hasattr(self, "_hparams_initial"):
-            return AttributeDict()
-        return copy.deepcopy(self._hparams_initial)

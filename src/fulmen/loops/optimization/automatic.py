@@ -1,19 +1,26 @@
-"""One optimizer step under automatic optimization, and the manual-optimization step.
+"""Automatic optimization: one optimizer step per batch, through a closure (``lightning.pytorch.loops.
+optimization.automatic``).
 
-Automatic optimization builds a closure — training_step, zero_grad (first batch of an accumulation
-window), backward — and hands it to ``optimizer.step(closure=...)``, so optimizers that re-evaluate the
-loss (LBFGS) work. On batches that only accumulate, the closure runs without a step.
+The loop builds a closure -- training_step, zero_grad (first batch of an accumulation window), backward --
+and hands it to ``optimizer.step(closure=...)``, so optimizers that re-evaluate the loss (LBFGS) work. On
+batches that only accumulate, the closure runs without a step.
+
+:class:`Closure` is the general form (any step, backward and zero_grad functions); the loop's own closure is
+a subclass that calls the hooks directly, so a step builds one object and no functions.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import Tensor
 
+from fulmen.loops.optimization.closure import CLOSURE_NOT_RUN, AbstractClosure, OutputResult
 from fulmen.runtime.hooks import training_step_takes_optimizer_idx
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import WarningCache
@@ -21,77 +28,122 @@ from fulmen.utilities.rank_zero import WarningCache
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
 
+# the words Lightning users' warning filters match
+_RETURNED_NONE = "`training_step` returned `None`. If this was on purpose, ignore this warning..."
 
-class ClosureResult:
-    """What training_step returned: the (accumulation-normalised) loss and any extra outputs."""
 
-    __slots__ = ("closure_loss", "extra", "loss")
+@dataclass
+class ClosureResult(OutputResult):
+    """What training_step returned under automatic optimization.
 
-    def __init__(self, closure_loss: Tensor | None, extra: dict[str, Any]) -> None:
-        self.closure_loss = closure_loss
-        self.extra = extra
+    ``closure_loss`` is the loss to back-propagate (divided by the accumulation window), ``loss`` the same
+    value detached (what the hooks receive), ``extra`` every other key training_step's dict held.
+    """
+
+    closure_loss: Tensor | None
+    loss: Tensor | None = field(init=False, default=None)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
         # detach() without a copy: backward does not write into the loss, and a copy is an allocation
         # (several microseconds) per step
-        self.loss = closure_loss.detach() if closure_loss is not None else None
+        self.loss = self.closure_loss.detach() if self.closure_loss is not None else None
 
     @classmethod
-    def from_step_output(cls, output: Any, normalize: int) -> ClosureResult:
-        if type(output) is Tensor and normalize == 1:  # the common case, without the checks below
-            return cls(output, {})
-        loss: Tensor | None
+    def from_training_step_output(cls, training_step_output: Any, normalize: int = 1) -> ClosureResult:
+        """Read training_step's return value: a loss Tensor, a dict with a ``"loss"`` key, or None (the batch
+        is skipped). ``normalize``: the accumulation window the loss is divided by."""
+        output = training_step_output
+        loss: Any
         extra: dict[str, Any] = {}
         if isinstance(output, Mapping):
-            if "loss" not in output or output["loss"] is None:
+            loss = output.get("loss")
+            if loss is None:
                 raise MisconfigurationException(
-                    f"training_step returned a dict without a 'loss' key (keys: {sorted(output)}). Under "
+                    f"training_step returned a dict without a 'loss' key (keys: {sorted(map(str, output))}). Under "
                     "automatic optimization include the loss to optimise: return {'loss': loss, ...}."
                 )
-            loss = output["loss"]
-            extra = {k: v for k, v in output.items() if k not in ("loss", "hiddens")}
-        elif isinstance(output, Tensor):
+            extra = {k: v for k, v in output.items() if k != "loss"}
+        elif isinstance(output, Tensor) or output is None:
             loss = output
-        elif output is None:
-            loss = None
         else:
             raise MisconfigurationException(
-                f"training_step returned a {type(output).__name__}; under automatic optimization it must "
-                "return a loss Tensor, a dict with a 'loss' key, or None to skip the batch."
+                f"training_step returned a {type(output).__name__}; under automatic optimization it must return a "
+                "loss Tensor, a dict with a 'loss' key, or None to skip the batch."
             )
         if loss is not None:
             if not isinstance(loss, Tensor):
-                raise MisconfigurationException(
-                    f"training_step's loss is a {type(loss).__name__}; it must be a Tensor."
-                )
+                raise MisconfigurationException(f"training_step's loss is a {type(loss).__name__}; it must be a Tensor.")
             if normalize > 1:
                 loss = loss / normalize  # new tensor: the user's returned value stays as it was
-        return cls(loss, extra)
+        return cls(loss, extra=extra)
 
     def asdict(self) -> dict[str, Any]:
         return {"loss": self.loss, **self.extra}
 
 
-class Closure:
-    """What ``optimizer.step`` receives under automatic optimization, for one optimizer on one batch:
-    training_step, zero_grad on the window's first batch, backward. Optimizers like LBFGS call it several
-    times; the last call's result is what the batch returns. A class rather than nested functions: nothing
-    to build per step but this one object."""
+class Closure(AbstractClosure[ClosureResult]):
+    """What ``optimizer.step`` receives under automatic optimization: runs ``step_fn`` (training_step, giving a
+    :class:`ClosureResult`), then ``zero_grad_fn`` and ``backward_fn(loss)`` when given, with gradients
+    enabled whatever the optimizer's step switched off. Calling it returns the detached loss (None when the
+    step returned None: the step is then skipped).
+    """
 
+    warning_cache = WarningCache()
     # a None result means training_step skipped the batch: the precision plugin then skips the step (user
     # closures of manual optimization may return None and still want their step)
     skip_step_without_loss = True
 
     def __init__(
+        self,
+        step_fn: Callable[[], ClosureResult],
+        backward_fn: Callable[[Tensor], None] | None = None,
+        zero_grad_fn: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self._step_fn = step_fn
+        self._backward_fn = backward_fn
+        self._zero_grad_fn = zero_grad_fn
+
+    def closure(self, *args: Any, **kwargs: Any) -> ClosureResult:
+        with torch.enable_grad():
+            result = self._step_fn()
+            if result.closure_loss is None:
+                self.warning_cache.warn(_RETURNED_NONE)
+            if self._zero_grad_fn is not None:
+                self._zero_grad_fn()
+            if self._backward_fn is not None and result.closure_loss is not None:
+                self._backward_fn(result.closure_loss)
+        return result
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Tensor | None:  # type: ignore[override]
+        self._result = result = self.closure(*args, **kwargs)
+        return result.loss
+
+
+class _LoopClosure(Closure):
+    """The fit loop's closure for one optimizer on one batch: training_step, zero_grad on the window's first
+    batch, backward. Optimizers like LBFGS call it several times; the last call's result is what the batch
+    returns. Keeps training_step's Tensor as it is in the common case (no window, a plain loss), so such a
+    step builds no result object."""
+
+    def __init__(
         self, loop: AutomaticOptimization, idx: int, step_args: tuple[Any, ...], first_of_window: bool, window: int
     ) -> None:
-        self._result: ClosureResult | Tensor | None = None
-        self._ran = False
+        self._result: ClosureResult | Tensor | None = None  # type: ignore[assignment]
         self._loop = loop
         self._idx = idx
         self._step_args = step_args
         self._first = first_of_window
         self._window = window
 
-    def __call__(self) -> Tensor | None:
+    def __call__(self, *args: Any, **kwargs: Any) -> Tensor | None:
+        if not torch.is_grad_enabled():  # an optimizer's step that calls the closure under no_grad
+            with torch.enable_grad():
+                return self._run()
+        return self._run()
+
+    def _run(self) -> Tensor | None:
         loop = self._loop
         strategy = loop.context.strategy
         optimizer = strategy.optimizers[self._idx]
@@ -100,10 +152,10 @@ class Closure:
             result: ClosureResult | Tensor = output
             loss: Tensor | None = output
         else:
-            result = ClosureResult.from_step_output(output, self._window)
+            result = ClosureResult.from_training_step_output(output, self._window)
             loss = result.closure_loss
-            if output is None:  # Lightning's words, once per run: filters written for it keep working
-                loop.warnings.warn("`training_step` returned `None`. If this was on purpose, ignore this warning...")
+            if output is None:  # once per run
+                loop.warnings.warn(_RETURNED_NONE)
         if self._first:
             if loop._inline_zero_grad:
                 optimizer.zero_grad(set_to_none=True)  # the default optimizer_zero_grad
@@ -112,22 +164,33 @@ class Closure:
         if loss is not None:
             strategy.backward(loss, optimizer)
         self._result = result
-        self._ran = True
         # detach() without a copy: backward does not write into the loss, and a copy is an allocation
         return loss.detach() if loss is not None else None
 
+    def closure(self, *args: Any, **kwargs: Any) -> ClosureResult:
+        self(*args, **kwargs)
+        return self._as_result()
+
+    def consume_result(self) -> ClosureResult:
+        result = self._as_result()
+        self._result = None
+        return result
+
+    def _as_result(self) -> ClosureResult:
+        result = self._result
+        if result is None:
+            raise MisconfigurationException(CLOSURE_NOT_RUN)
+        return ClosureResult(result) if isinstance(result, Tensor) else result
+
     def outputs(self) -> dict[str, Any]:
         """What training_step returned (its last run), for on_train_batch_end and training_epoch_end."""
-        if not self._ran:
-            raise MisconfigurationException(
-                "The optimizer closure was never called, so training_step and backward did not run for this "
-                "batch. An `optimizer_step` override must call `optimizer.step(closure=optimizer_closure)`, or "
-                "`optimizer_closure()` itself when it skips the step."
-            )
-        result, self._result, self._ran = self._result, None, False
+        result = self._result
+        if result is None:
+            raise MisconfigurationException(CLOSURE_NOT_RUN)
+        self._result = None
         if type(result) is Tensor:
             return {"loss": result.detach()}
-        if result is None or result.loss is None:  # type: ignore[union-attr]
+        if result.loss is None:  # type: ignore[union-attr]
             return {}
         return result.asdict()  # type: ignore[union-attr]
 
@@ -227,7 +290,7 @@ class AutomaticOptimization:
         context = self.context
         strategy, progress = context.strategy, context.progress
         step_args = (batch, batch_idx, idx) if self.pass_optimizer_idx else (batch, batch_idx)
-        closure = Closure(self, idx, step_args, first_of_window, window)
+        closure = _LoopClosure(self, idx, step_args, first_of_window, window)
         if accumulate:
             # not the last batch of the window: no step, and no gradient sync across processes
             with strategy.block_backward_sync():
@@ -245,34 +308,3 @@ class AutomaticOptimization:
             # Lightning's count: one step per optimizer_step call, whether or not the override stepped
             progress.global_step += 1
         return closure.outputs() if outputs else {}
-
-
-class ManualOptimization:
-    """training_step does everything itself; the loop counts each ``optimizer.step()`` as a global step."""
-
-    def __init__(self, context: RunContext) -> None:
-        self.context = context
-
-    def count_steps(self, manual: bool) -> None:
-        """Under manual optimization every ``opt.step()`` is a global step; under automatic optimization the
-        loop counts one per ``optimizer_step`` call instead (as Lightning does)."""
-        progress = self.context.progress
-
-        def count() -> None:
-            progress.global_step += 1
-
-        for optimizer in self.context.strategy.lightning_optimizers:
-            optimizer.count_steps(count if manual else None)
-
-    def run(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        output = self.context.strategy.training_step(batch, batch_idx)
-        if output is None:
-            return {}
-        if isinstance(output, Tensor):
-            return {"loss": output.detach()}
-        if isinstance(output, Mapping):
-            return {k: (v.detach() if isinstance(v, Tensor) else v) for k, v in output.items()}
-        raise MisconfigurationException(
-            f"training_step returned a {type(output).__name__}; under manual optimization return None, a "
-            "Tensor or a dict."
-        )

@@ -1,21 +1,18 @@
-"""The callbacks and loggers the Trainer's flags imply, made in one place; the model a stage runs."""
+"""``lightning.pytorch.trainer.connectors.callback_connector``: the callbacks the Trainer's flags imply, and
+those ``configure_callbacks()`` adds."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from fulmen.callbacks.callback import Callback
-from fulmen.core.module import LightningModule, unwrap_compiled
 from fulmen.utilities.exceptions import MisconfigurationException
-from fulmen.utilities.model_helpers import is_mock
 from fulmen.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
-    from fulmen.loggers.logger import Logger
     from fulmen.trainer.config import TrainerConfig
+
+__all__ = ["attach_model_callbacks", "build_callbacks"]
 
 
 def build_callbacks(config: TrainerConfig) -> list[Callback]:
@@ -68,7 +65,7 @@ def build_callbacks(config: TrainerConfig) -> list[Callback]:
             )
         result.append(GradientAccumulationScheduler(config.accumulation_schedule))
     if config.stochastic_weight_avg and not any(isinstance(cb, StochasticWeightAveraging) for cb in result):
-        result.append(StochasticWeightAveraging())
+        result.append(StochasticWeightAveraging(swa_lrs=None))  # 1.x's default: each group keeps its rate
     return _reorder(result)
 
 
@@ -87,54 +84,3 @@ def _reorder(callbacks: list[Callback]) -> list[Callback]:
     checkpoints = [cb for cb in callbacks if getattr(cb, "_is_checkpoint_callback", False)]
     others = [cb for cb in callbacks if not getattr(cb, "_is_checkpoint_callback", False)]
     return others + checkpoints
-
-
-def build_loggers(config: TrainerConfig, default_root_dir: str) -> list[Logger]:
-    from fulmen.loggers.logger import DummyLogger, Logger
-
-    logger = config.logger
-    if config.fast_dev_run:  # a logger exists (self.logger.experiment works) but keeps nothing
-        return [] if logger is False else [DummyLogger()]
-    if logger is None or logger is True:
-        return [_default_logger(default_root_dir)]
-    if logger is False:
-        return []
-    if isinstance(logger, Logger) or is_mock(logger):  # a test's Mock records what it is told
-        return [logger]
-    if isinstance(logger, Iterable) and not isinstance(logger, str):  # a name is not a list of loggers
-        loggers = list(logger)
-        for lg in loggers:
-            if not isinstance(lg, Logger) and not is_mock(lg):
-                raise MisconfigurationException(
-                    f"logger contains {lg!r}; every logger must subclass fulmen.loggers.Logger."
-                )
-        return loggers
-    raise MisconfigurationException(f"logger={logger!r} must be True, False, a Logger or a list of Loggers.")
-
-
-def _default_logger(default_root_dir: str) -> Logger:
-    """TensorBoard when it is installed, else CSV (as Lightning does)."""
-    import importlib.util
-
-    from fulmen.loggers.csv_logs import CSVLogger
-
-    if importlib.util.find_spec("tensorboard") is not None:
-        from fulmen.loggers.tensorboard import TensorBoardLogger
-
-        return TensorBoardLogger(save_dir=default_root_dir, name="lightning_logs")
-    return CSVLogger(save_dir=default_root_dir, name="lightning_logs")
-
-
-def prepare_model(model: Any, compile_options: bool | dict[str, Any], fn: str) -> LightningModule:
-    """The LightningModule a stage runs: ``Trainer(compile=...)`` applied (as if the user had passed
-    ``torch.compile(model, **options)``), a compiled module unwrapped, anything else refused."""
-    if compile_options is not False and isinstance(model, LightningModule) and model._compiled_from is None:
-        options = compile_options if isinstance(compile_options, dict) else {}
-        model = unwrap_compiled(torch.compile(model, **options))
-    model = unwrap_compiled(model)
-    if not isinstance(model, LightningModule):
-        raise TypeError(
-            f"`model` must be a `LightningModule`: trainer.{fn}() got `{type(model).__name__}`. Subclass "
-            "fulmen.LightningModule (or pass torch.compile(your_lightning_module))."
-        )
-    return model

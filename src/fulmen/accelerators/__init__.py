@@ -1,0 +1,72 @@
+"""Which hardware runs the model: the accelerators, their devices and the ``accelerator`` flag."""
+
+from __future__ import annotations
+
+from fulmen.accelerators.accelerator import Accelerator, MissingPackageError, accelerator_name
+from fulmen.accelerators.cpu import CPUAccelerator, get_cpu_stats
+from fulmen.accelerators.cuda import CUDAAccelerator, find_usable_cuda_devices
+from fulmen.accelerators.hpu import HPUAccelerator
+from fulmen.accelerators.mps import MPSAccelerator
+from fulmen.accelerators.xla import XLAAccelerator, require_xla
+from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+
+_ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu", "hpu")
+
+
+def select_accelerator(accelerator: str | Accelerator) -> Accelerator:
+    """Resolve the ``accelerator`` flag; ``'gpu'`` means CUDA or MPS, whichever this machine has."""
+    if isinstance(accelerator, Accelerator):
+        return accelerator
+    if not isinstance(accelerator, str) or accelerator.lower() not in _ACCELERATORS:
+        raise InvalidValueError(
+            f"accelerator={accelerator!r} is not supported. Use one of {list(_ACCELERATORS)} "
+            "or an Accelerator instance."
+        )
+    name = accelerator.lower()
+    if name == "auto":
+        if CUDAAccelerator.is_available():
+            return CUDAAccelerator()
+        if MPSAccelerator.is_available():
+            return MPSAccelerator()
+        return CPUAccelerator()
+    if name == "cpu":
+        return CPUAccelerator()
+    if name == "gpu":
+        if CUDAAccelerator.is_available():
+            return CUDAAccelerator()
+        if MPSAccelerator.is_available():
+            return MPSAccelerator()
+        raise MisconfigurationException(
+            "accelerator='gpu' was requested, but neither CUDA nor MPS is available on this machine. "
+            "Use accelerator='cpu' (or 'auto' to pick whatever exists)."
+        )
+    if name == "cuda":
+        if not CUDAAccelerator.is_available():
+            raise MisconfigurationException(
+                "accelerator='cuda' was requested, but torch sees no CUDA device. Install a CUDA build of torch on "
+                "a machine with an NVIDIA GPU, or use accelerator='cpu'."
+            )
+        return CUDAAccelerator()
+    if name == "mps":
+        if not MPSAccelerator.is_available():
+            raise MisconfigurationException(
+                "accelerator='mps' was requested, but MPS (Apple silicon) is not available here. "
+                "Use accelerator='cpu'."
+            )
+        return MPSAccelerator()
+    if name == "tpu":
+        require_xla("accelerator='tpu'")
+        return XLAAccelerator()
+    if not HPUAccelerator.is_available():
+        raise MisconfigurationException(
+            f"accelerator={accelerator!r} needs the `{HPUAccelerator.package}` package ({HPUAccelerator.install}), "
+            "which is not installed here. Install it on a machine with that hardware, or use accelerator='cpu' / "
+            "'gpu'."
+        )
+    return HPUAccelerator()
+
+
+__all__ = [
+    "Accelerator", "CPUAccelerator", "CUDAAccelerator", "HPUAccelerator", "MPSAccelerator", "MissingPackageError",
+    "XLAAccelerator", "accelerator_name", "find_usable_cuda_devices", "get_cpu_stats", "select_accelerator",
+]  # fmt: skip

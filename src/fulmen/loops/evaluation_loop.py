@@ -1,0 +1,14 @@
+"""``lightning.pytorch.loops.evaluation_loop``: validation and test runs (the sanity check and the validation
+inside fit too) are :class:`fulmen.loops.evaluation.EvaluationLoop`."""
+
+from fulmen.loops.evaluation import EvaluationLoop
+
+__all__ = ["EvaluationLoop", "RestartStage"]
+
+
+class RestartStage:
+    """Whether a restored evaluation run restarts in the middle, as plain strings (what code that reads a
+    Lightning evaluation loop's restart stage compares with)."""
+
+    NONE = "none"
+    RESTARTED_MID_EVALUATION = "restarted_mid_evaluation"

@@ -1,0 +1,18 @@
+"""``lightning.pytorch.loops.fit_loop``: fulmen's fit loop is :class:`fulmen.loops.fit.FitLoop`; where a
+checkpoint resumes it is kept as a :class:`~fulmen.runtime.state.LoopPhase` (see :mod:`fulmen.loops.resume`)."""
+
+from fulmen.loops.fit import FitLoop
+from fulmen.runtime.state import LoopPhase
+
+__all__ = ["FitLoop", "LoopPhase", "RestartStage"]
+
+
+class RestartStage:
+    """Where in an epoch a restored fit loop restarts, as plain strings (what code that reads a Lightning fit
+    loop's restart stage compares with)."""
+
+    NONE = "none"
+    RESTARTED_ON_EPOCH_START = "restarted_on_epoch_start"
+    RESTARTED_MID_EPOCH = "restarted_mid_epoch"
+    RESTARTED_ON_EPOCH_END = "restarted_on_epoch_end"
+    RESUMED_ON_EPOCH_END = "resumed_on_epoch_end"

@@ -1,0 +1,28 @@
+"""Helpers the loops share (``lightning.pytorch.loops.utilities``): the finite-loss check, when a limit on
+steps is reached (:func:`max_steps_reached`), and the gradient mode of evaluation (:func:`no_grad_context`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from fulmen.loops.evaluation import no_grad_context
+from fulmen.loops.training_epoch import can_stop_early, max_steps_reached
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+__all__ = ["can_stop_early", "check_finite_loss", "max_steps_reached", "no_grad_context"]
+
+
+def check_finite_loss(loss: Tensor | None) -> None:
+    """Raise ``ValueError`` when ``loss`` holds a NaN or an infinity (None, a skipped step, passes)."""
+    if loss is None or bool(torch.isfinite(loss).all()):
+        return
+    # format() shows a scalar loss as a number ("nan"), the form a message filter written for Lightning expects
+    raise ValueError(
+        f"The loss returned in `training_step` is {loss}: it must be finite (no NaN or inf). Lower the learning "
+        "rate, clip gradients (Trainer(gradient_clip_val=...)) or look for the operation that overflows with "
+        "Trainer(detect_anomaly=True)."
+    )

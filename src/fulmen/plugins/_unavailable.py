@@ -1,0 +1,31 @@
+"""The errors of plugins for hardware or packages fulmen does not run here (XLA / TPU, DeepSpeed,
+TransformerEngine, bitsandbytes, MPI): each takes Lightning's arguments, and says what is missing and what to
+use instead, at the point where Lightning itself fails (construction without the package) or, past that, when
+it is used."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import package_available
+
+
+def require_package(package: str, requirement: str, what: str, instead: str) -> None:
+    """``ModuleNotFoundError`` (Lightning's exception for a missing requirement) unless ``package`` imports."""
+    if not package_available(package):
+        raise ModuleNotFoundError(
+            f"{what} needs the package `{package}`, which is not installed: `pip install -U '{requirement}'`. "
+            f"{instead}"
+        )
+
+
+def refuse(what: str, instead: str) -> NoReturn:
+    """What fulmen raises when an object for hardware or a package it does not run is used."""
+    raise MisconfigurationException(f"{what} is not supported by fulmen. {instead}")
+
+
+XLA_INSTEAD = (
+    "fulmen trains on CPUs and GPUs, not on XLA (TPU) devices: use accelerator='cpu' or 'gpu' with the default "
+    "plugins, or Lightning itself on TPUs."
+)

@@ -1,0 +1,13 @@
+"""Checkpoint I/O plugins: how the strategy writes, reads and removes checkpoint files.
+
+``Trainer(plugins=[AsyncCheckpointIO()])`` (or any ``CheckpointIO``, Lightning Fabric's included) replaces the
+default ``TorchCheckpointIO``; every save (``ModelCheckpoint``, ``trainer.save_checkpoint``, the signal and
+exception checkpoints), every load of ``ckpt_path`` and every top-k removal goes through it.
+"""
+
+from fulmen.plugins.io.async_plugin import AsyncCheckpointIO
+from fulmen.plugins.io.checkpoint_plugin import CheckpointIO
+from fulmen.plugins.io.torch_plugin import TorchCheckpointIO
+from fulmen.plugins.io.xla_plugin import XLACheckpointIO
+
+__all__ = ["AsyncCheckpointIO", "CheckpointIO", "TorchCheckpointIO", "XLACheckpointIO"]

@@ -1,0 +1,184 @@
+"""The multiprocessing launcher (``strategy="ddp_spawn"`` / ``"ddp_fork"``): ``fit`` starts the processes with
+``torch.multiprocessing`` and waits.
+
+Each worker gets a copy of the trainer and the module, joins the process group and runs the stage. Rank 0
+writes what the caller needs (the trained weights, the counters, the metrics, the callbacks' state and the
+stage's return value) to a private file, which the caller loads into its own trainer and module, so that code
+after ``trainer.fit(model)`` sees the trained model as it would after a one-process run.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.multiprocessing as mp
+
+from fulmen.strategies.environment import LAUNCHER_VARIABLE
+from fulmen.strategies.launchers.launcher import _Launcher
+from fulmen.strategies.launchers.subprocess_script import free_port
+from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.strategies.parallel import ParallelStrategy
+
+_RESULT_FILE = "rank0.pt"
+
+
+# Code written for Lightning catches torch's own exceptions around a spawned fit (optuna-integration's tests
+# expect ``ProcessRaisedException``); fulmen's message names the failing rank and its error first.
+class RankRaised(mp.ProcessRaisedException, RuntimeError):
+    """A started process raised: torch's ``ProcessRaisedException`` (and a ``RuntimeError``)."""
+
+
+class RankExited(mp.ProcessExitedException, RuntimeError):
+    """A started process died without raising (a signal, ``os._exit``): torch's ``ProcessExitedException``."""
+
+
+class _MultiProcessingLauncher(_Launcher):
+    """Runs the stage in one new process per device of ``strategy`` (``start_method``: ``'spawn'``,
+    ``'fork'`` or ``'forkserver'``) and returns rank 0's result, its trained state loaded into this process."""
+
+    def __init__(self, strategy: ParallelStrategy, start_method: str = "spawn") -> None:
+        if start_method not in mp.get_all_start_methods():
+            raise InvalidValueError(
+                f"start_method={start_method!r} is not a start method this platform has; use one of "
+                f"{mp.get_all_start_methods()}."
+            )
+        self._strategy = strategy
+        self._start_method = start_method
+        self.procs: list[Any] = []  # the worker processes of the last launch
+        self.in_worker = False  # True in the started processes: the stage then runs where it is called
+
+    @property
+    def is_interactive_compatible(self) -> bool:
+        return self._start_method == "fork"  # a notebook's objects cannot be pickled into a spawned process
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["procs"] = []  # process handles do not travel to the workers
+        return state
+
+    def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+        """Run ``function(*args, **kwargs)`` (the trainer's stage) in the new processes; return rank 0's result
+        after loading its trained state into ``trainer`` and the module (``args[0]``)."""
+        if self.in_worker:
+            return function(*args, **kwargs)
+        name = self._strategy.strategy_name
+        if self._start_method != "spawn" and torch.cuda.is_initialized():
+            raise MisconfigurationException(
+                f"strategy={name!r} forks this process, but CUDA is already initialised in it, and a forked process "
+                "cannot use CUDA then. Don't touch CUDA before fit(), or use strategy='ddp_spawn'."
+            )
+        processes = len(self._strategy.parallel_devices)
+        env = {"MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
+               "MASTER_PORT": os.environ.get("MASTER_PORT") or str(free_port()),
+               "WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes), "GROUP_RANK": "0",
+               LAUNCHER_VARIABLE: name}  # fmt: skip
+        result_dir = tempfile.mkdtemp(prefix="fulmen-spawn-")
+        try:
+            job: bytes | tuple[Any, ...] = (self, function, args, kwargs, trainer)
+            if self._start_method != "fork":
+                # pickled here, by value: torch.multiprocessing would pass tensors as shared memory, and every
+                # worker would then train the same parameter storage
+                job = pickle.dumps(job)
+            context = mp.start_processes(
+                _worker, args=(env, job, result_dir), nprocs=processes, start_method=self._start_method, join=False
+            )
+            self.procs = list(context.processes)
+            try:
+                while not context.join():
+                    pass
+            except mp.ProcessRaisedException as err:
+                # torch's message ends with the worker's traceback, whose "Type: message" line names the error
+                # (notes such as the rank it was raised on may follow it)
+                lines = [line.strip() for line in str(err).splitlines()]
+                named = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", line)]
+                cause = named[-1] if named else "an error"
+                raise RankRaised(
+                    f"strategy={name!r}: the process of rank {err.error_index} failed with {cause} (its traceback "
+                    f"is below).\n{err}",
+                    err.error_index,
+                    err.error_pid,
+                ) from err
+            except mp.ProcessExitedException as err:
+                how = f"was killed by {err.signal_name}" if err.signal_name else f"exited with code {err.exit_code}"
+                raise RankExited(
+                    f"strategy={name!r}: the process of rank {err.error_index} {how} before the run ended; the "
+                    "other processes were stopped.",
+                    err.error_index,
+                    err.error_pid,
+                    err.exit_code,
+                    err.signal_name,
+                ) from err
+            payload = torch.load(os.path.join(result_dir, _RESULT_FILE), map_location="cpu", weights_only=False)
+        finally:
+            shutil.rmtree(result_dir, ignore_errors=True)
+        if trainer is None:
+            return payload["result"]
+        return _recover(trainer, args[0], payload)
+
+    def kill(self, signum: int) -> None:
+        for proc in self.procs:
+            if proc.is_alive() and proc.pid is not None:
+                os.kill(proc.pid, signal.Signals(signum))
+
+
+def _worker(local_rank: int, env: dict[str, str], job: bytes | tuple[Any, ...], result_dir: str) -> None:
+    os.environ.update(env, RANK=str(local_rank), LOCAL_RANK=str(local_rank))
+    launcher, function, args, kwargs, trainer = pickle.loads(job) if isinstance(job, bytes) else job
+    launcher.in_worker = True
+    strategy = launcher._strategy
+    result = function(*args, **kwargs)
+    if strategy.is_global_zero:
+        # written to a temporary name first: the caller never reads a half-written file
+        path = os.path.join(result_dir, _RESULT_FILE)
+        torch.save(_collect(trainer, result), path + ".tmp")
+        os.replace(path + ".tmp", path)
+    strategy.barrier()  # the file exists before any process ends
+    torch.distributed.destroy_process_group()
+
+
+def _collect(trainer: Any, result: Any) -> dict[str, Any]:
+    if trainer is None:
+        return {"result": result}
+    module = trainer.lightning_module
+    run = trainer.run_context
+    return {
+        "weights": module.state_dict() if module is not None else None,
+        "state": (run.state.status, run.state.fn, run.state.stage),
+        "progress": run.progress.state_dict(),
+        "should_stop": run.stop.should_stop,
+        "metrics": run.metrics.snapshot(),
+        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        "result": result,
+    }
+
+
+def _recover(trainer: Any, module: LightningModule, payload: dict[str, Any]) -> Any:
+    run = trainer.run_context
+    run.module = module
+    module.trainer = trainer
+    if payload["weights"] is not None:
+        module.load_state_dict(payload["weights"])
+    run.state.status, run.state.fn, run.state.stage = payload["state"]
+    run.progress.load_state_dict(payload["progress"])
+    run.stop.should_stop = payload["should_stop"]
+    run.metrics.restore(payload["metrics"])
+    states = payload["callbacks"]
+    for cb in trainer.callbacks:
+        state = states.get(cb.state_key)
+        if state is None:
+            continue
+        if getattr(cb, "dirpath", "") is None and state.get("dirpath"):
+            cb.dirpath = state["dirpath"]  # a checkpoint directory resolved in the worker (default_root_dir)
+        cb.load_state_dict(state)
+    return payload["result"]

@@ -1,0 +1,136 @@
+"""The script launcher: on one machine without torchrun or SLURM, this process becomes local rank 0 and the
+user's script is run again for ranks 1..devices-1, with the environment torchrun would have set."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from fulmen.strategies.environment import LAUNCHER_VARIABLE, detect
+from fulmen.strategies.launchers.launcher import _Launcher
+from fulmen.utilities.exceptions import MisconfigurationException
+
+
+def _script_command() -> list[str]:
+    """The command that started this process, to start it again for the other local ranks."""
+    import __main__
+
+    spec = getattr(__main__, "__spec__", None)
+    module = spec.name.removesuffix(".__main__") if spec is not None and spec.name else None
+    script = getattr(__main__, "__file__", None)
+    runner = (module or os.path.basename(sys.argv[0] if sys.argv else "")).split(".")[0]
+    if runner in _NOT_SCRIPTS or (module is None and (script is None or not os.path.isfile(script))):
+        raise MisconfigurationException(
+            "strategy='ddp' starts the other processes by running this script again, but this process was not "
+            "started from a script (an interactive session, a notebook or a test runner). Run a script, or "
+            "launch with torchrun: `torchrun --nproc_per_node=<devices> train.py`."
+        )
+    if module is not None and module != "__main__":  # python -m package.module
+        return [sys.executable, "-m", module, *sys.argv[1:]]
+    assert script is not None
+    return [sys.executable, os.path.abspath(script), *sys.argv[1:]]
+
+
+# entry points that are not the user's script: running them again would not reach the user's fit()
+_NOT_SCRIPTS = frozenset({"pytest", "py", "_pytest", "ipykernel_launcher", "ipykernel", "IPython", "ipython",
+                          "jupyter", "pydevconsole"})  # fmt: skip
+
+
+def launch_local_ranks(devices: int) -> list[subprocess.Popen[bytes]]:
+    """Start the script again for local ranks 1..devices-1 (one node); this process becomes rank 0."""
+    command = _script_command()
+    port = os.environ.get("MASTER_PORT") or str(free_port())
+    common = {"MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"), "MASTER_PORT": port,
+              "WORLD_SIZE": str(devices), "LOCAL_WORLD_SIZE": str(devices), "GROUP_RANK": "0",
+              LAUNCHER_VARIABLE: "fulmen"}  # fmt: skip
+    children = []
+    for rank in range(1, devices):
+        env = {**os.environ, **common, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        children.append(subprocess.Popen(command, env=env))
+    os.environ.update({**common, "RANK": "0", "LOCAL_RANK": "0"})
+    atexit.register(_wait_for, children)  # the job ends when every rank has
+    return children
+
+
+def _wait_for(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        child.wait()
+    for line in ended_children(children):
+        if line not in REPORTED:
+            print(f"fulmen: {line}", file=sys.stderr, flush=True)
+
+
+REPORTED: set[str] = set()  # children's ends already told in a rank's error message
+
+
+def ended_children(children: list[subprocess.Popen[bytes]]) -> list[str]:
+    """What the local ranks this process started and that already failed died of."""
+    ended = []
+    for rank, child in enumerate(children, start=1):
+        code = child.poll()
+        if code is None or code == 0:
+            continue
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        ended.append(f"rank {rank} (pid {child.pid}) {how}")
+    return ended
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class _SubprocessScriptLauncher(_Launcher):
+    """Starts ``num_processes - 1`` copies of the running script on this machine (local ranks 1..n-1), unless
+    ``cluster_environment`` says a launcher (torchrun, srun) started the processes already; then runs the stage
+    here, as local rank 0. ``cluster_environment``: a cluster-environment plugin, or ``None`` to read the
+    launcher's variables from the environment."""
+
+    def __init__(self, cluster_environment: Any, num_processes: int, num_nodes: int) -> None:
+        self.cluster_environment = cluster_environment
+        self.num_processes = num_processes
+        self.num_nodes = num_nodes
+        self.procs: list[subprocess.Popen[bytes]] = []  # the local ranks started here (not this process)
+
+    @property
+    def is_interactive_compatible(self) -> bool:
+        return False  # it runs the script again: a notebook has none
+
+    def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+        self.start_children()
+        return function(*args, **kwargs)
+
+    def start_children(self) -> None:
+        """Start the other local ranks, once, when no launcher started them (a tuner run before fit may ask
+        first, fit again later: the second call finds them started)."""
+        if self.procs or self.processes_exist():
+            return
+        if self.num_nodes > 1:
+            raise MisconfigurationException(
+                f"num_nodes={self.num_nodes}: fulmen starts processes on one machine only. Start them on every "
+                "machine with torchrun or SLURM's srun."
+            )
+        self.procs = launch_local_ranks(self.num_processes)
+
+    def processes_exist(self) -> bool:
+        """Whether a launcher (or this launcher, earlier) started the ranks already."""
+        environment = self.cluster_environment
+        if environment is None:
+            return detect() is not None
+        layout = getattr(environment, "layout", None)
+        if layout is None:  # an environment that only says whether something else starts the processes
+            return bool(environment.creates_processes_externally)
+        return layout() is not None
+
+    def kill(self, signum: int) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)

@@ -1,0 +1,60 @@
+"""``XLAStrategy``: one process per XLA device (a TPU host's cores), started by ``torch_xla``.
+
+Constructing it needs ``torch_xla``, as in Lightning. fulmen does not drive ``torch_xla``'s multi-process
+launcher, so a run with it is refused when the Trainer sets it up, naming what works instead: one XLA device
+(``SingleDeviceXLAStrategy`` / ``Trainer(accelerator="tpu", devices=1)``), or DDP / FSDP on GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fulmen.accelerators.xla import require_xla
+from fulmen.strategies.ddp import DDPStrategy
+from fulmen.strategies.launchers.xla import _XLALauncher
+from fulmen.utilities.exceptions import MisconfigurationException
+
+if TYPE_CHECKING:
+    from fulmen.accelerators import Accelerator
+    from fulmen.plugins.io import CheckpointIO
+    from fulmen.precision import Precision
+    from fulmen.strategies.environment import ClusterLayout
+
+
+class XLAStrategy(DDPStrategy):
+    """Data parallelism over XLA devices (``debug``: torch_xla's debug output; ``sync_module_states``:
+    broadcast rank 0's weights first). Needs ``torch_xla``; runs are refused (see the module docstring)."""
+
+    strategy_name = "xla"
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+        debug: bool = False,
+        sync_module_states: bool = True,
+        **_: Any,
+    ) -> None:
+        require_xla("XLAStrategy (strategy='xla')")
+        super().__init__(
+            accelerator=accelerator, parallel_devices=parallel_devices, checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin, start_method="fork",
+        )  # fmt: skip
+        self.strategy_name = "xla"  # not the fork launcher's name DDPStrategy gives
+        self.debug = debug
+        self._sync_module_states = sync_module_states
+        self._launcher = _XLALauncher(self)
+
+    def check_launch(
+        self, parallel_devices: list[torch.device], num_nodes: int, cluster: ClusterLayout | None
+    ) -> None:
+        raise MisconfigurationException(
+            f"XLAStrategy trains in one process per XLA device ({len(parallel_devices)} here), started by "
+            "torch_xla's launcher, which fulmen does not drive. Train on one XLA device "
+            "(Trainer(accelerator='tpu', devices=1) or strategy=SingleDeviceXLAStrategy(0)), or on GPUs with "
+            "strategy='ddp' / 'fsdp'."
+        )

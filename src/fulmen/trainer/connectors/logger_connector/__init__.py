@@ -1,0 +1,7 @@
+"""``lightning.pytorch.trainer.connectors.logger_connector``: the loggers the Trainer builds
+(:mod:`.logger_connector`), what ``self.log`` stores (:mod:`.result`) and which hooks may log
+(:mod:`.fx_validator`)."""
+
+from fulmen.trainer.connectors.logger_connector.logger_connector import MetricsHub, build_loggers
+
+__all__ = ["MetricsHub", "build_loggers"]

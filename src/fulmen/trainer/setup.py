@@ -1,0 +1,29 @@
+"""``lightning.pytorch.trainer.setup``: the Trainer's flags (debugging flags, batch limits, the profiler) are
+parsed and checked once by :func:`fulmen.trainer.config.parse_flags` into a :class:`~fulmen.trainer.config.
+TrainerConfig`; :func:`prepare_model` readies the model a stage runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fulmen.core.module import LightningModule, unwrap_compiled
+from fulmen.trainer.config import TrainerConfig, parse_flags
+
+__all__ = ["TrainerConfig", "parse_flags", "prepare_model"]
+
+
+def prepare_model(model: Any, compile_options: bool | dict[str, Any], fn: str) -> LightningModule:
+    """The LightningModule a stage runs: ``Trainer(compile=...)`` applied (as if the user had passed
+    ``torch.compile(model, **options)``), a compiled module unwrapped, anything else refused."""
+    if compile_options is not False and isinstance(model, LightningModule) and model._compiled_from is None:
+        options = compile_options if isinstance(compile_options, dict) else {}
+        model = unwrap_compiled(torch.compile(model, **options))
+    model = unwrap_compiled(model)
+    if not isinstance(model, LightningModule):
+        raise TypeError(
+            f"`model` must be a `LightningModule`: trainer.{fn}() got `{type(model).__name__}`. Subclass "
+            "fulmen.LightningModule (or pass torch.compile(your_lightning_module))."
+        )
+    return model
