@@ -199,7 +199,6 @@ def _free_port() -> int:
 
 
 DDP_PROGRAM = """
-import os, sys
 import lightning.pytorch as pl
 from lightning.pytorch.demos.boring_classes import BoringModel
 
@@ -210,8 +209,7 @@ class Model(BoringModel):
 
 
 if __name__ == "__main__":
-    devices = 2 if os.environ.get("LOCAL_WORLD_SIZE") is None else "auto"
-    pl.Trainer(accelerator="cpu", strategy="ddp", devices=devices, max_steps=2, logger=False,
+    pl.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_steps=2, logger=False,
                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False).fit(Model())
 """
 

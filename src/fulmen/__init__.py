@@ -25,26 +25,6 @@ if not logging.getLogger().hasHandlers():
     _logger.addHandler(logging.StreamHandler())
     _logger.propagate = False
 
-_SUBMODULES = frozenset(
-    {
-        "accelerators",
-        "callbacks",
-        "cli",
-        "core",
-        "demos",
-        "loggers",
-        "loops",
-        "plugins",
-        "precision",
-        "profilers",
-        "runtime",
-        "strategies",
-        "trainer",
-        "tuner",
-        "utilities",
-    }
-)
-
 
 def cli_lightning_logo() -> None:
     """Print fulmen's banner (examples call Lightning's ``cli_lightning_logo()`` first thing in ``main``)."""
@@ -63,9 +43,9 @@ _LOGO = r"""
 def __getattr__(name: str) -> object:
     # ``import fulmen; fulmen.loggers.CSVLogger`` works as with Lightning, without importing every
     # submodule (and its optional dependencies) at ``import fulmen``.
-    if name in _SUBMODULES:
-        import importlib
+    import importlib.util
 
+    if not name.startswith("_") and importlib.util.find_spec(f"fulmen.{name}") is not None:
         return importlib.import_module(f"fulmen.{name}")
     raise AttributeError(f"module 'fulmen' has no attribute {name!r}")
 

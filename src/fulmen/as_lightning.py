@@ -29,9 +29,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-# The Lightning release whose public API fulmen matches: what the alias roots report as ``__version__``,
-# and what checkpoints record as the format version (trainer/checkpointing.py), so the two cannot drift.
-LIGHTNING_VERSION = "2.6.6"
+from fulmen.utilities.imports import LIGHTNING_VERSION
 
 _ROOTS = ("lightning.pytorch", "pytorch_lightning")
 _BOOT_DIR = os.path.join(os.path.dirname(__file__), "_as_lightning_boot")
@@ -140,6 +138,11 @@ class _Umbrella(_Existing):
         module.pytorch = root  # type: ignore[attr-defined]
         for name in ("Trainer", "LightningModule", "LightningDataModule", "Callback", "seed_everything"):
             setattr(module, name, getattr(fulmen, name))
+
+
+def alias_finder() -> importlib.abc.MetaPathFinder:
+    """The installed alias (``install_as_lightning`` first)."""
+    return next(finder for finder in sys.meta_path if isinstance(finder, _LightningAlias))
 
 
 def _imported_lightning_modules() -> list[str]:

@@ -155,7 +155,7 @@ def _register_short_names() -> None:
                 getattr(module, name)
 
 
-class LightningArgumentParser(_ParserBase):  # type: ignore[misc,valid-type]
+class LightningArgumentParser(_ParserBase):
     """jsonargparse's ArgumentParser with fulmen's helpers: ``add_lightning_class_args`` (a callback, model,
     data module or trainer class), ``add_optimizer_args`` and ``add_lr_scheduler_args``. Environment variables
     are named ``PL_<SUBCOMMAND>__<KEY>`` with ``default_env=True``."""
@@ -177,7 +177,7 @@ class LightningArgumentParser(_ParserBase):  # type: ignore[misc,valid-type]
     def dump(self, cfg: Any, *args: Any, **kwargs: Any) -> str:
         """The config as text (``--print_config``, the saved config.yaml), without the fulmen-only trainer
         arguments left at their defaults: see ``_FULMEN_ONLY_TRAINER_ARGS``."""
-        return super().dump(_without_default_fulmen_args(cfg), *args, **kwargs)  # type: ignore[no-any-return]
+        return super().dump(_without_default_fulmen_args(cfg), *args, **kwargs)
 
     def add_lightning_class_args(
         self, lightning_class: Any, nested_key: str, subclass_mode: bool = False, required: bool = True
@@ -195,10 +195,10 @@ class LightningArgumentParser(_ParserBase):  # type: ignore[misc,valid-type]
         if issubclass(lightning_class, Callback):
             self.callback_keys.append(nested_key)
         if subclass_mode:
-            return self.add_subclass_arguments(  # type: ignore[no-any-return]
+            return self.add_subclass_arguments(
                 lightning_class, nested_key, fail_untyped=False, required=required
             )
-        return self.add_class_arguments(  # type: ignore[no-any-return]
+        return self.add_class_arguments(
             lightning_class, nested_key, fail_untyped=False, sub_configs=True,
             instantiate=not issubclass(lightning_class, Trainer),
         )  # fmt: skip

@@ -151,6 +151,8 @@ _ABOVE = {
     # the trainer builds profilers from its flag; the dispatcher only calls their start / stop
     "fulmen.profilers": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime", "fulmen.strategies", "fulmen.core",
                          "fulmen.callbacks", "fulmen.loggers", "fulmen.tuner"),
+    # serving is a callback: it sees a run only through the hooks it is called with
+    "fulmen.serve": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime", "fulmen.strategies", "fulmen.tuner"),
 }  # fmt: skip
 
 

@@ -16,6 +16,7 @@ docs/compatibility.md.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import importlib
 import inspect
@@ -136,6 +137,8 @@ def _is_typing_construct(cls: type) -> bool:
 def _same_default(a: object, b: object) -> bool:
     if a is b:
         return True
+    if dataclasses.is_dataclass(a) and dataclasses.is_dataclass(b) and type(a).__name__ == type(b).__name__:
+        return dataclasses.asdict(a) == dataclasses.asdict(b)  # fulmen's own class with Lightning's values
     if isinstance(a, enum.Enum) or isinstance(b, enum.Enum):
         return getattr(a, "value", a) == getattr(b, "value", b)
     if callable(a) and callable(b):  # classes and functions: the same name is the same default

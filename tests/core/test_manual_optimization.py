@@ -248,7 +248,7 @@ def test_toggle_model_without_sync_grad_blocks_gradient_synchronisation():
     with the distributed strategy."""
     import contextlib
 
-    from fulmen.strategies.strategy import SingleDeviceStrategy
+    from fulmen.strategies import SingleDeviceStrategy
 
     blocked: list[bool] = []
     inside: list[bool] = []

@@ -93,7 +93,7 @@ def test_mnist_reads_idx_files_and_the_datamodule_splits(tmp_path):
     assert (len(dm.dataset_train), len(dm.dataset_val), len(dm.test_dataloader().dataset)) == (25, 5, 10)
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (4, 1, 28, 28) and y.dtype == torch.long
-    assert 0 <= x.min() and x.max() <= 1  # normalize=False: scaled to [0, 1] only
+    assert x.min() >= 0 and x.max() <= 1  # normalize=False: scaled to [0, 1] only
     assert len(dm.train_dataloader()) == 25 // 4  # the last incomplete batch is dropped
 
 

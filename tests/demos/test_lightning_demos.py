@@ -177,7 +177,7 @@ def test_mnist_reads_lightnings_cached_tensors_without_downloading(tmp_path, mon
     dm.prepare_data()
     dm.setup("fit")
     x, _ = next(iter(dm.val_dataloader()))
-    assert (len(dm.dataset_train), len(dm.dataset_val)) == (16, 4) and -1 <= x.min() and x.max() <= 1
+    assert (len(dm.dataset_train), len(dm.dataset_val)) == (16, 4) and x.min() >= -1 and x.max() <= 1
     assert dm.num_classes == 10 and dm.name == "mnist"
     with pytest.raises(TypeError, match="root_dir="):
         MNIST(str(tmp_path), root_dir="x")

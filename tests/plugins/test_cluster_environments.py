@@ -136,7 +136,7 @@ def test_packages_missing_here_fail_at_construction_as_in_lightning():
 
 @oracle.parity
 def test_mpi_with_mpi4py_answers_as_lightnings():
-    """A single MPI process (mpi4py installed: not part of the test extras, so skipped without it)."""
+    """A single MPI process (mpi4py and an MPI library come with the test extras; skipped without them)."""
     pytest.importorskip("mpi4py.MPI")
     oracle.lightning()
     from lightning.pytorch.plugins.environments import MPIEnvironment as Theirs
@@ -178,7 +178,9 @@ def test_fabric_lightning_environment_in_a_process_fulmen_started(clean_env):
     Lightning's strategies tell it."""
     oracle.lightning()
     from lightning.fabric.plugins.environments import LightningEnvironment as FabricLightning
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
 
+    clean_env.setattr(rank_zero_only, "rank", getattr(rank_zero_only, "rank", 0))  # set_global_rank changes it
     for key, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29501", "FULMEN_LAUNCHER": "fulmen"}.items():  # fmt: skip
         clean_env.setenv(key, value)
@@ -280,3 +282,36 @@ def test_a_ddp_fit_under_mpiexec(tmp_path):
         answers = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert answers["ours"] == answers["theirs"] and answers["ours"][:2] == [2, rank]
         assert answers["fit"] == {"world": 2, "rank": rank, "step": 2, "same_weights": True}
+
+
+@oracle.parity
+def test_lightning_environment_takes_the_strategys_plan_as_lightnings(clean_env):
+    oracle.lightning()
+    from lightning.fabric.utilities.rank_zero import rank_zero_only as their_rank_zero
+    from lightning.pytorch.plugins.environments import LightningEnvironment as Theirs
+
+    from fulmen.plugins.environments import LightningEnvironment
+    from fulmen.utilities.rank_zero import rank_zero_only
+
+    clean_env.setattr(rank_zero_only, "rank", getattr(rank_zero_only, "rank", 0))
+    clean_env.setattr(their_rank_zero, "rank", getattr(their_rank_zero, "rank", 0))
+    ours, theirs = LightningEnvironment(), Theirs()
+    assert (ours.world_size(), ours.global_rank()) == (theirs.world_size(), theirs.global_rank()) == (1, 0)
+    clean_env.setenv("LOCAL_RANK", "1")
+    clean_env.setenv("NODE_RANK", "2")
+    for env in (ours, theirs):
+        env.set_world_size(8)
+        env.set_global_rank(5)
+    for method in ("world_size", "global_rank", "local_rank", "node_rank"):
+        assert getattr(ours, method)() == getattr(theirs, method)(), method
+    assert rank_zero_only.rank == 5  # rank-zero-only output follows the plan
+    assert ours.detect() and Theirs.detect()
+
+
+@oracle.parity
+def test_a_fabric_environment_whose_launcher_did_not_start_the_process(clean_env):
+    oracle.lightning()
+    from lightning.fabric.plugins.environments import TorchElasticEnvironment as FabricElastic
+
+    with pytest.raises(KeyError, match=r"plugins=\[TorchElasticEnvironment\(\)\]\): reading the ranks failed \('LOCAL_RANK'\)"):
+        fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", plugins=[FabricElastic()], logger=False)

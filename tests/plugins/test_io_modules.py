@@ -109,3 +109,24 @@ def test_a_fit_writes_and_resumes_through_a_fabric_checkpoint_io(tmp_path):
     resumed.fit(BoringModel(), ckpt_path=io.saved[0])
     assert io.loaded == [io.saved[0]] and resumed.global_step == 4  # went on from step 2
     assert len(io.saved) == 2
+
+
+@oracle.parity
+def test_a_strategys_checkpoint_io_may_be_fabrics(tmp_path):
+    oracle.lightning()
+    from lightning.fabric.plugins import TorchCheckpointIO as FabricTorchCheckpointIO
+
+    from fulmen.strategies import SingleDeviceStrategy
+
+    class Counting(FabricTorchCheckpointIO):
+        saves = 0
+
+        def save_checkpoint(self, checkpoint, path, storage_options=None):
+            type(self).saves += 1
+            super().save_checkpoint(checkpoint, path, storage_options)
+
+    io = Counting()
+    trainer = _trainer(tmp_path, strategy=SingleDeviceStrategy("cpu", checkpoint_io=io), accelerator="cpu")
+    trainer.fit(BoringModel())
+    assert trainer.strategy.checkpoint_io is io and Counting.saves == 1
+    assert len(list((tmp_path / "checkpoints").glob("*.ckpt"))) == 1

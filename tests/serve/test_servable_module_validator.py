@@ -20,6 +20,9 @@ from fulmen.serve import ServableModule, ServableModuleValidator
 from fulmen.utilities.exceptions import MisconfigurationException
 from tests.parity import oracle
 
+# each test starts a web server (the first also imports FastAPI and uvicorn): seconds, not milliseconds
+pytestmark = pytest.mark.slow
+
 QUIET = dict(max_epochs=1, limit_train_batches=2, limit_val_batches=0, logger=False, enable_progress_bar=False,
              enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
 

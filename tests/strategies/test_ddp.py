@@ -317,6 +317,33 @@ def test_a_killed_rank_ends_the_job(tmp_path, launcher, killed):
         assert checkpoint_io.load(path, map_location="cpu", weights_only=True)["global_step"] in (2, 4)
 
 
+FAILS_BEFORE_RENDEZVOUS = """
+import os
+import fulmen
+from fulmen.demos.boring_classes import BoringModel
+
+if __name__ == "__main__":
+    if os.environ.get("LOCAL_RANK") == "1":
+        raise SystemExit("rank 1: a mistake before the Trainer is made")
+    fulmen.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_steps=1, logger=False).fit(BoringModel())
+"""
+
+
+def test_a_rank_failing_before_the_rendezvous_ends_the_job_at_once(tmp_path):
+    """Rank 0 waits in the process-group rendezvous for the ranks it started: when one of them ends first, rank
+    0 says which and ends the job, instead of waiting for the rendezvous timeout (30 minutes)."""
+    script = tmp_path / "script.py"
+    script.write_text(FAILS_BEFORE_RENDEZVOUS)
+    launch = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in launch}
+    env.update(PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    done = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "rank 1: a mistake before the Trainer is made" in done.stderr
+    assert "fulmen: rank 1 (pid" in done.stderr and "exited with code 1 before joining the process group" in done.stderr
+
+
 @pytest.mark.slow
 def test_torchrun_elastic_restart_resumes_from_the_last_checkpoint(tmp_path):
     """torchrun --max-restarts=1: rank 1 is killed in the first attempt, torchrun restarts both ranks, which

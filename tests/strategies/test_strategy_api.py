@@ -119,6 +119,18 @@ def test_start_method_picks_the_launcher_as_lightning(start_method, launcher, in
                       _MultiProcessingLauncher)  # fmt: skip
 
 
+@oracle.parity
+@pytest.mark.parametrize("start_method", ["popen", "spawn"])
+def test_a_strategys_own_parallel_devices_win_as_in_lightning(start_method):
+    pl = oracle.lightning()
+    three = [torch.device("cpu")] * 3
+    ours = _trainer(accelerator="cpu", devices=2, strategy=DDPStrategy(parallel_devices=three, start_method=start_method))
+    theirs = pl.Trainer(accelerator="cpu", devices=2, logger=False,
+                        strategy=pl.strategies.DDPStrategy(parallel_devices=three, start_method=start_method))  # fmt: skip
+    assert ours.world_size == theirs.world_size == 3
+    assert ours.strategy.parallel_devices == theirs.strategy.parallel_devices == three
+
+
 def test_a_spawning_ddp_runs_only_inside_its_processes():
     strategy = _trainer(accelerator="cpu", devices=2, strategy=DDPStrategy(start_method="spawn")).strategy
     assert strategy.strategy_name == "ddp_spawn"

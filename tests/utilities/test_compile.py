@@ -52,8 +52,9 @@ def test_from_compiled_compiles_the_steps_the_user_wrote_and_to_uncompiled_undoe
 def test_a_module_from_from_compiled_trains():
     model = from_compiled(torch.compile(_module(fulmen.LightningModule), backend="eager"))
     before = model.layer.weight.detach().clone()
-    fulmen.Trainer(max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                   enable_checkpointing=False).fit(model, torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=4))  # fmt: skip
+    trainer = fulmen.Trainer(max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                             enable_checkpointing=False)  # fmt: skip
+    trainer.fit(model, torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=4))
     assert not torch.equal(before, model.layer.weight)
     assert set(model.state_dict()) == {"layer.weight", "layer.bias"}
 

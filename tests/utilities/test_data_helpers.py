@@ -40,7 +40,8 @@ class Batch:
 
 BATCHES = [torch.zeros(3, 2), torch.tensor(1.0), [torch.zeros(5), torch.zeros(5, 2)], {"a": "text", "b": torch.zeros(7)},
            Batch(torch.zeros(6, 1), torch.zeros(6)), [[None, torch.zeros(2)]], ((torch.zeros(4),),)]  # fmt: skip
-AMBIGUOUS = [[torch.zeros(3), torch.zeros(4)], {"x": torch.zeros(2), "names": ["a", "b"]}, Batch(torch.zeros(6), "x")]
+AMBIGUOUS = [[torch.zeros(3), torch.zeros(4)], {"x": torch.zeros(2), "names": ["a", "b"]},
+             Batch(torch.zeros(6), "x")]  # fmt: skip
 NO_SIZE = ["text", None, {"a": 1}, [], Batch(None, "x")]
 
 

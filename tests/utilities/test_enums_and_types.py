@@ -23,7 +23,8 @@ def test_grad_clip_algorithm_type_is_lightnings():
     assert GradClipAlgorithmType.supported_types() == Theirs.supported_types()
     for value in ("norm", "value", "NORM", "other"):
         assert GradClipAlgorithmType.supported_type(value) == Theirs.supported_type(value)
-    assert GradClipAlgorithmType.NORM == "NORM" == Theirs.NORM and GradClipAlgorithmType("value") is GradClipAlgorithmType.VALUE
+    assert GradClipAlgorithmType.NORM == "NORM" == Theirs.NORM
+    assert GradClipAlgorithmType("value") is GradClipAlgorithmType.VALUE
     assert GradClipAlgorithmType.from_str("norm") is GradClipAlgorithmType.NORM
     assert {GradClipAlgorithmType.NORM, "norm"} == {"norm"}  # hashes as its value
 

@@ -92,6 +92,7 @@ def test_compare_version_and_package_available_are_lightning_utilities():
         assert package_available(name) == theirs.package_available(name), name
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_reading_the_module_imports_none_of_the_packages_it_checks():
     code = ("import sys, fulmen.utilities.imports as i\n"
             "bool(i._RICH_AVAILABLE), bool(i._TORCHMETRICS_GREATER_EQUAL_1_0_0), bool(i._OMEGACONF_AVAILABLE)\n"

@@ -3,6 +3,7 @@ freed after them, and recursive_detach detaches (and moves) every tensor of a co
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 import pytest
@@ -99,6 +100,8 @@ def test_garbage_collection_cuda_ignores_only_out_of_memory(monkeypatch):
     from lightning.pytorch.utilities.memory import garbage_collection_cuda
 
     memory.garbage_collection_cuda()  # runs with or without CUDA
+    collected = []
+    monkeypatch.setattr(gc, "collect", lambda *args: collected.append(args))  # a full collection costs seconds here
     for message, raises in ((MESSAGES[0], False), ("driver shut down", True)):
 
         def empty_cache(message=message):
@@ -111,3 +114,4 @@ def test_garbage_collection_cuda_ignores_only_out_of_memory(monkeypatch):
                     collect()
             else:
                 collect()
+    assert len(collected) == 4  # the garbage is collected before the cache is emptied, every time

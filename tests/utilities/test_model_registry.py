@@ -73,7 +73,7 @@ def test_downloading_goes_to_the_models_folder(tmp_path, monkeypatch):
     fake = types.ModuleType("litmodels")
     fake.download_model = lambda name, download_dir: calls.append((name, download_dir)) or [f"{download_dir}/m.ckpt"]
     monkeypatch.setitem(sys.modules, "litmodels", fake)
-    trainer = _Trainer(tmp_path, registry="team/model")
+    trainer = _Trainer(tmp_path, registry="team/model:v1")  # the Trainer's registry names the model (its version aside)
     download_model_from_registry("registry:version:v2", trainer)
     assert calls == [("team/model:v2", str(tmp_path / "team_model_v2"))]
     assert trainer.barriers == ["download_model_from_registry"]

@@ -58,6 +58,7 @@ def _both(depth: int, **options):
 
 
 @oracle.parity
+@pytest.mark.filterwarnings("ignore:The total number of parameters detected may be inaccurate")
 @pytest.mark.parametrize("depth", [-1, 0, 1, 2, 3])
 @pytest.mark.parametrize(
     "options",
@@ -97,8 +98,9 @@ def test_the_size_estimate_uses_the_trainers_precision(precision):
     from lightning.pytorch.utilities.model_summary import summarize as lightning_summarize
 
     results, total = [], 0
-    for base, trainer_class, summarize in ((fulmen.LightningModule, fulmen.Trainer, fulmen_summary.summarize),
-                                           (lightning.LightningModule, lightning.Trainer, lightning_summarize)):  # fmt: skip
+    frameworks = [(fulmen.LightningModule, fulmen.Trainer, fulmen_summary.summarize),
+                  (lightning.LightningModule, lightning.Trainer, lightning_summarize)]  # fmt: skip
+    for base, trainer_class, summarize in frameworks:
         model = _module(base, example=None)
         total = sum(p.numel() for p in model.parameters())
         with warnings.catch_warnings(record=True) as caught:

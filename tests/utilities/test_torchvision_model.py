@@ -14,7 +14,11 @@ from fulmen.utilities.model_helpers import get_torchvision_model
 
 def test_missing_torchvision_is_named(monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchvision" else real_find_spec(name, *a))
+
+    def find_spec(name, *args):
+        return None if name == "torchvision" else real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     with pytest.raises(ModuleNotFoundError, match="pip install torchvision"):
         get_torchvision_model("resnet18")
 

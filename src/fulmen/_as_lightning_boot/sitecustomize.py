@@ -21,10 +21,12 @@ class _InstallOnFirstUse(importlib.abc.MetaPathFinder):
         if fullname.split(".")[0] not in _TRIGGERS:
             return None
         sys.meta_path.remove(self)
-        from fulmen.as_lightning import install_as_lightning
+        from fulmen.as_lightning import alias_finder, install_as_lightning
 
         install_as_lightning()
-        return None  # the alias, now first on sys.meta_path, answers when the import system asks again
+        # the import system goes on with the finders after this one's old place, so the alias (now first on
+        # sys.meta_path) must answer this first import itself
+        return alias_finder().find_spec(fullname, path, target)
 
 
 def _run_next_sitecustomize():

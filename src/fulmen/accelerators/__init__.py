@@ -9,6 +9,7 @@ from fulmen.accelerators.hpu import HPUAccelerator
 from fulmen.accelerators.mps import MPSAccelerator
 from fulmen.accelerators.xla import XLAAccelerator, require_xla
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+from fulmen.utilities.imports import lazy_exports as _lazy_exports
 
 _ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu", "hpu")
 
@@ -70,3 +71,7 @@ __all__ = [
     "Accelerator", "CPUAccelerator", "CUDAAccelerator", "HPUAccelerator", "MPSAccelerator", "MissingPackageError",
     "XLAAccelerator", "accelerator_name", "find_usable_cuda_devices", "get_cpu_stats", "select_accelerator",
 ]  # fmt: skip
+
+# its submodules read as attributes (``fulmen.trainer.states``) without their own import, as after Lightning's
+# package imports
+__getattr__, __dir__ = _lazy_exports(__name__, {})

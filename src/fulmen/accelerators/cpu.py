@@ -60,13 +60,19 @@ class CPUAccelerator(Accelerator):
 
 def get_cpu_stats() -> dict[str, float]:
     """CPU and memory use of the machine, in percent (``psutil``, imported here only)."""
+    return host_stats("cpu", "CPU statistics")
+
+
+def host_stats(prefix: str, component: str) -> dict[str, float]:
+    """Memory, CPU and swap use of the host in percent, keyed ``<prefix>_vm_percent``, ``<prefix>_percent``
+    and ``<prefix>_swap_percent``; ``psutil`` is imported here only (a missing one is named, for ``component``)."""
     from fulmen.utilities.imports import require
 
-    require("psutil", "psutil", "CPU statistics")
+    require("psutil", "psutil", component)
     import psutil
 
     return {
-        "cpu_vm_percent": psutil.virtual_memory().percent,
-        "cpu_percent": psutil.cpu_percent(),
-        "cpu_swap_percent": psutil.swap_memory().percent,
+        f"{prefix}_vm_percent": psutil.virtual_memory().percent,
+        f"{prefix}_percent": psutil.cpu_percent(),
+        f"{prefix}_swap_percent": psutil.swap_memory().percent,
     }

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from fulmen.accelerators.accelerator import Accelerator, _Name
+from fulmen.accelerators.cpu import host_stats
 from fulmen.utilities.exceptions import MisconfigurationException
 
 
@@ -63,13 +64,4 @@ class MPSAccelerator(Accelerator):
 
 def get_device_stats() -> dict[str, float]:
     """CPU and memory use of an Apple silicon Mac, in percent (``psutil``, imported here only)."""
-    from fulmen.utilities.imports import require
-
-    require("psutil", "psutil", "MPS device statistics")
-    import psutil
-
-    return {
-        "M1_vm_percent": psutil.virtual_memory().percent,
-        "M1_percent": psutil.cpu_percent(),
-        "M1_swap_percent": psutil.swap_memory().percent,
-    }
+    return host_stats("M1", "MPS device statistics")

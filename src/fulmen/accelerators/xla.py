@@ -81,7 +81,7 @@ class XLAAccelerator(Accelerator):
                 f"devices={devices!r} for XLA devices: use 'auto', 1, {count} (all of them) or a one-element list "
                 f"naming one device, e.g. [0]."
             )
-        return list(parsed) if isinstance(parsed, tuple) else parsed  # type: ignore[no-any-return]
+        return list(parsed) if isinstance(parsed, tuple) else parsed
 
     @staticmethod
     def get_parallel_devices(devices: int | list[int]) -> list[torch.device]:

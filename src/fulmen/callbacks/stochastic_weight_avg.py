@@ -160,7 +160,7 @@ class StochasticWeightAveraging(Callback):
         )
         self._scheduler = SWALR(
             optimizer, swa_lr=swa_lrs, anneal_epochs=self.annealing_epochs,  # type: ignore[arg-type]
-            anneal_strategy=self.annealing_strategy,  # type: ignore[arg-type]
+            anneal_strategy=self.annealing_strategy,
         )  # fmt: skip
         self._user_schedulers = trainer.strategy.lr_scheduler_configs
         for config in self._user_schedulers:

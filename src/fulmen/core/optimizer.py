@@ -120,7 +120,7 @@ class _MockOptimizer(Optimizer):
     def __init__(self) -> None:
         super().__init__([torch.zeros(1)], {})
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None:
             return closure()
         return None

@@ -93,7 +93,7 @@ def convert(val: str) -> int | float | bool | str:
     """A value read back from a tags CSV: the Python literal it spells (``"1"`` -> 1, ``"True"`` -> True,
     ``"[1, 2]"`` -> [1, 2], ``"None"`` -> None), else the string itself."""
     try:
-        return ast.literal_eval(val)  # type: ignore[no-any-return]
+        return ast.literal_eval(val)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return val
 
@@ -156,7 +156,7 @@ def _init_kwargs(
 ) -> dict[str, Any]:
     hparams = dict(hparams)
     name = checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_NAME)
-    signature = inspect.signature(cls.__init__)  # type: ignore[misc]
+    signature = inspect.signature(cls.__init__)
     params = signature.parameters
     takes_var_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if name and name != "kwargs" and name in params:
@@ -263,7 +263,7 @@ def load_from_checkpoint(
         if state:
             obj.load_state_dict(state)
         obj.on_load_checkpoint(checkpoint)
-        return obj  # type: ignore[no-any-return]
+        return obj
     obj.on_load_checkpoint(checkpoint)
     if "state_dict" not in checkpoint:
         raise KeyError(f"{os.fspath(checkpoint_path)!r} has no 'state_dict': it is not a model checkpoint.")
@@ -271,4 +271,4 @@ def load_from_checkpoint(
     obj.load_state_dict(checkpoint["state_dict"], strict=strict)
     if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
         obj.to(torch.device(map_location) if isinstance(map_location, int | str) else map_location)
-    return obj  # type: ignore[no-any-return]
+    return obj

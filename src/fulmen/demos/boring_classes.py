@@ -12,7 +12,7 @@ from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 
 
-class RandomDataset(Dataset):  # type: ignore[type-arg]
+class RandomDataset(Dataset):
     def __init__(self, size: int, length: int) -> None:
         self.len = length
         self.data = torch.randn(length, size)
@@ -24,7 +24,7 @@ class RandomDataset(Dataset):  # type: ignore[type-arg]
         return self.len
 
 
-class RandomDictDataset(Dataset):  # type: ignore[type-arg]
+class RandomDictDataset(Dataset):
     """``length`` items ``{"a": x, "b": x + 2}``, ``x`` a random vector of ``size``: a batch that is a dict."""
 
     def __init__(self, size: int, length: int) -> None:
@@ -39,7 +39,7 @@ class RandomDictDataset(Dataset):  # type: ignore[type-arg]
         return self.len
 
 
-class RandomIterableDataset(IterableDataset):  # type: ignore[type-arg]
+class RandomIterableDataset(IterableDataset):
     def __init__(self, size: int, count: int) -> None:
         self.count = count
         self.size = size
@@ -88,20 +88,42 @@ class BoringModel(LightningModule):
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
         return [optimizer], [scheduler]
 
-    def train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+    def train_dataloader(self) -> DataLoader:
         return DataLoader(RandomDataset(32, 64))
 
-    def val_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+    def val_dataloader(self) -> DataLoader:
         return DataLoader(RandomDataset(32, 64))
 
-    def test_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+    def test_dataloader(self) -> DataLoader:
         return DataLoader(RandomDataset(32, 64))
 
-    def predict_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+    def predict_dataloader(self) -> DataLoader:
         return DataLoader(RandomDataset(32, 64))
 
 
-class BoringDataModule(LightningDataModule):
+class _RandomSplits(LightningDataModule):
+    """A loader (batch size 1) over each of ``random_train`` / ``_val`` / ``_test`` / ``_predict``, which
+    ``setup`` makes."""
+
+    random_train: Any
+    random_val: Any
+    random_test: Any
+    random_predict: Any
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.random_train)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.random_val)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.random_test)
+
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(self.random_predict)
+
+
+class BoringDataModule(_RandomSplits):
     def __init__(self) -> None:
         super().__init__()
         self.random_full = RandomDataset(32, 64 * 4)
@@ -118,20 +140,8 @@ class BoringDataModule(LightningDataModule):
         if stage == "predict":
             self.random_predict = torch.utils.data.Subset(data, range(192, 256))
 
-    def train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
-        return DataLoader(self.random_train)
 
-    def val_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
-        return DataLoader(self.random_val)
-
-    def test_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
-        return DataLoader(self.random_test)
-
-    def predict_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
-        return DataLoader(self.random_predict)
-
-
-class BoringDataModuleNoLen(LightningDataModule):
+class BoringDataModuleNoLen(_RandomSplits):
     """Like :class:`BoringDataModule` with iterable datasets of no length (32 features): 512 training, 128
     validation, 256 test and 64 predict samples, each stage's made by its ``setup`` (fit also makes validation's)."""
 
@@ -145,17 +155,6 @@ class BoringDataModuleNoLen(LightningDataModule):
         if stage == "predict":
             self.random_predict = RandomIterableDataset(32, 64)
 
-    def train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
-        return DataLoader(self.random_train)
-
-    def val_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
-        return DataLoader(self.random_val)
-
-    def test_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
-        return DataLoader(self.random_test)
-
-    def predict_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
-        return DataLoader(self.random_predict)
 
 
 class IterableBoringDataModule(LightningDataModule):
@@ -170,19 +169,19 @@ class IterableBoringDataModule(LightningDataModule):
             length = self._LENGTHS[split]
             setattr(self, f"{split}_datasets", [RandomDataset(4, length), RandomIterableDataset(4, length)])
 
-    def _loaders(self, split: str) -> list[DataLoader]:  # type: ignore[type-arg]
+    def _loaders(self, split: str) -> list[DataLoader]:
         return [DataLoader(dataset) for dataset in getattr(self, f"{split}_datasets")]
 
-    def train_dataloader(self) -> list[DataLoader]:  # type: ignore[type-arg,override]
+    def train_dataloader(self) -> list[DataLoader]:
         return self._loaders("train")
 
-    def val_dataloader(self) -> list[DataLoader]:  # type: ignore[type-arg,override]
+    def val_dataloader(self) -> list[DataLoader]:
         return self._loaders("val")
 
-    def test_dataloader(self) -> list[DataLoader]:  # type: ignore[type-arg,override]
+    def test_dataloader(self) -> list[DataLoader]:
         return self._loaders("test")
 
-    def predict_dataloader(self) -> list[DataLoader]:  # type: ignore[type-arg,override]
+    def predict_dataloader(self) -> list[DataLoader]:
         return self._loaders("predict")
 
 

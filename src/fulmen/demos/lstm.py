@@ -91,7 +91,7 @@ class LightningLSTM(LightningModule):
     def prepare_data(self) -> None:
         WikiText2(download=True)
 
-    def train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+    def train_dataloader(self) -> DataLoader:
         dataset = WikiText2()
         return DataLoader(dataset, batch_sampler=SequenceSampler(dataset, batch_size=20))
 

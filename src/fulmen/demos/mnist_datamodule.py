@@ -42,7 +42,7 @@ def _read_idx(path: Path) -> Tensor:
     return torch.frombuffer(bytearray(data[4 + 4 * ndim :]), dtype=torch.uint8).reshape(shape)
 
 
-class _MNIST(Dataset):  # type: ignore[type-arg]
+class _MNIST(Dataset):
     """MNIST without torchvision: ``(image, label)`` with a float image of shape (1, 28, 28) scaled to [0, 1] and
     then normalized by ``normalize=(mean, std)`` (``None``: scaled only)."""
 
@@ -118,13 +118,13 @@ def _torchvision_available() -> bool:
     return importlib.util.find_spec("torchvision") is not None
 
 
-def MNIST(*args: Any, **kwargs: Any) -> Dataset:  # type: ignore[type-arg]
+def MNIST(*args: Any, **kwargs: Any) -> Dataset:
     """The MNIST dataset: torchvision's ``MNIST(*args, **kwargs)`` when torchvision is installed, else fulmen's
     reader, ``(root, train=True, normalize=(0.1307, 0.3081), download=True)``."""
     if _torchvision_available():
         from torchvision.datasets import MNIST as TorchvisionMNIST
 
-        return TorchvisionMNIST(*args, **kwargs)  # type: ignore[no-any-return]
+        return TorchvisionMNIST(*args, **kwargs)
     return _MNIST(*args, **kwargs)
 
 
@@ -161,10 +161,10 @@ class MNISTDataModule(LightningDataModule):
         from torchvision import transforms
 
         if self.normalize:
-            return transforms.Compose([transforms.ToTensor(), transforms.Normalize(mean=(0.5,), std=(0.5,))])  # type: ignore[no-any-return]
-        return transforms.ToTensor()  # type: ignore[no-any-return]
+            return transforms.Compose([transforms.ToTensor(), transforms.Normalize(mean=(0.5,), std=(0.5,))])
+        return transforms.ToTensor()
 
-    def _dataset(self, train: bool) -> Dataset:  # type: ignore[type-arg]
+    def _dataset(self, train: bool) -> Dataset:
         if _torchvision_available():
             return MNIST(self.data_dir, train=train, download=False, transform=self.default_transforms)
         return _MNIST(self.data_dir, train=train, download=False, normalize=(0.5, 0.5) if self.normalize else None)
@@ -180,17 +180,17 @@ class MNISTDataModule(LightningDataModule):
             full, lengths, generator=torch.Generator().manual_seed(self.seed)
         )
 
-    def _loader(self, dataset: Any, shuffle: bool = False) -> DataLoader:  # type: ignore[type-arg]
+    def _loader(self, dataset: Any, shuffle: bool = False) -> DataLoader:
         return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
                           drop_last=True, pin_memory=torch.cuda.is_available())  # fmt: skip
 
-    def train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+    def train_dataloader(self) -> DataLoader:
         return self._loader(self.dataset_train, shuffle=True)
 
-    def val_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+    def val_dataloader(self) -> DataLoader:
         return self._loader(self.dataset_val)
 
-    def test_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+    def test_dataloader(self) -> DataLoader:
         return self._loader(self._dataset(train=False))
 
 

@@ -102,7 +102,7 @@ def tokenize(path: str | Path) -> tuple[Tensor, Dictionary]:
     return torch.tensor(ids, dtype=torch.long), dictionary
 
 
-class WikiText2(Dataset):  # type: ignore[type-arg]
+class WikiText2(Dataset):
     """Blocks of ``block_size`` token ids and the same block shifted by one (the next-word targets)."""
 
     url = "https://raw.githubusercontent.com/pytorch/examples/main/word_language_model/data/wikitext-2/train.txt"
@@ -171,7 +171,7 @@ class LightningTransformer(LightningModule):
     def prepare_data(self) -> None:
         WikiText2(download=True)
 
-    def train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+    def train_dataloader(self) -> DataLoader:
         return DataLoader(WikiText2())
 
 

@@ -101,11 +101,11 @@ class LitLogger(Logger):
         _unavailable("url")
 
     @rank_zero_only
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:  # type: ignore[override]
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         _unavailable("log_metrics")
 
     @rank_zero_only
-    def log_hyperparams(self, params: dict[str, Any] | Namespace, metrics: dict[str, Any] | None = None) -> None:  # type: ignore[override]
+    def log_hyperparams(self, params: dict[str, Any] | Namespace, metrics: dict[str, Any] | None = None) -> None:
         _unavailable("log_hyperparams")
 
     def log_graph(self, model: Any, input_array: Any = None) -> None:
@@ -114,7 +114,7 @@ class LitLogger(Logger):
     def save(self) -> None:
         pass
 
-    def finalize(self, status: str | None = None) -> None:  # type: ignore[override]
+    def finalize(self, status: str | None = None) -> None:
         pass  # nothing was started, so nothing is left to close
 
     def log_metadata(self, params: dict[str, Any] | Namespace) -> None:

@@ -157,7 +157,7 @@ class PrefetchIterator:
         if self._lazy:
             if self._iter is None or self.fetched >= self._total:  # self.done, without a frame per batch
                 raise StopIteration
-            batch = next(self._iter)  # type: ignore[arg-type]
+            batch = next(self._iter)
             self.fetched += 1
             return batch, self.fetched >= self._total
         batch = self._next

@@ -46,7 +46,7 @@ def prepare_for_backward(model: DistributedDataParallel, output: Any) -> None:
     reducer.prepare_for_backward(roots)
 
 
-class UnrepeatedDistributedSampler(DistributedSampler):  # type: ignore[type-arg]
+class UnrepeatedDistributedSampler(DistributedSampler):
     """A ``DistributedSampler`` (same arguments) that hands every sample to exactly one process: rank ``r``
     gets positions ``r, r + num_replicas, ...`` of the (optionally shuffled) order, so the shares differ by
     at most one sample and nothing is padded or dropped."""
@@ -80,7 +80,7 @@ class UnrepeatedDistributedSampler(DistributedSampler):  # type: ignore[type-arg
         return iter(order[self.rank : size : self.num_replicas])
 
 
-class _SamplerAsDataset(Dataset):  # type: ignore[type-arg]
+class _SamplerAsDataset(Dataset):
     """The indices a sampler yields, as a data set: item ``i`` is the sampler's ``i``-th index of the current
     pass (re-drawn by :meth:`reset`, e.g. a new shuffle per epoch)."""
 
@@ -105,7 +105,7 @@ class _SamplerAsDataset(Dataset):  # type: ignore[type-arg]
         return self._drawn[index]
 
     def __len__(self) -> int:
-        return len(self._sampler)  # type: ignore[arg-type]
+        return len(self._sampler)
 
     def reset(self) -> None:
         self._drawn = list(self._sampler)

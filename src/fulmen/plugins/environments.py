@@ -76,10 +76,17 @@ class ClusterEnvironment(ABC):
 
     def required_layout(self) -> ClusterLayout | None:
         """``layout()``, refused when the plugin names a launcher that did not start this process."""
-        layout = self.layout()
+        name = type(self.environment if isinstance(self, _WrappedEnvironment) else self).__name__
+        try:
+            layout = self.layout()
+        except (KeyError, ValueError) as err:  # a launcher variable missing or malformed: the exception kept
+            raise type(err)(
+                f"Trainer(plugins=[{name}()]): reading the ranks failed ({err}); this process was "
+                "not started by that launcher, or not as it expects. Start the script with it, or drop the plugin."
+            ) from err
         if layout is None and self.creates_processes_externally and not _detected(self):
             raise MisconfigurationException(
-                f"Trainer(plugins=[{type(self).__name__}()]): this process was not started by that launcher (its "
+                f"Trainer(plugins=[{name}()]): this process was not started by that launcher (its "
                 "environment variables are missing). Start the script with it, or drop the plugin."
             )
         return layout
@@ -300,9 +307,6 @@ class LightningEnvironment(ClusterEnvironment):
 
     def node_rank(self) -> int:
         return int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", 0)))
-
-    def teardown(self) -> None:
-        os.environ.pop("WORLD_SIZE", None)  # a later run in this process must not read this run's size
 
 
 class TorchElasticEnvironment(ClusterEnvironment):

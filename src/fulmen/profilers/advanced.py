@@ -57,7 +57,7 @@ class AdvancedProfiler(Profiler):
                 path = cloud_io.join(self.dirpath, self._prepare_filename(action_name=action, extension=".prof"))
                 if cloud_io.is_remote(path):  # dump_stats writes local files: marshal what it would write
                     profile.create_stats()
-                    data = marshal.dumps(profile.stats)  # type: ignore[attr-defined]
+                    data = marshal.dumps(profile.stats)
                     cloud_io.write_remote(path, functools.partial(_write_bytes, data=data))
                 else:
                     cloud_io.makedirs(self.dirpath)

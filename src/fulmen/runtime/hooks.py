@@ -207,7 +207,7 @@ class HookDispatcher:
         return fns
 
     def _callback_fn(self, callback: Any, name: str) -> Callable[..., Any]:
-        return getattr(callback, name)  # type: ignore[no-any-return]
+        return getattr(callback, name)
 
     def call_callbacks(self, name: str, *args: Any, monitoring: bool | None = None, **kwargs: Any) -> None:
         fns = self._callback_fns(name, monitoring)
@@ -330,7 +330,7 @@ class ProfilingHookDispatcher(HookDispatcher):
         return recorded
 
     def profile(self, action: str) -> contextlib.AbstractContextManager[Any]:
-        return self.profiler.profile(action)  # type: ignore[no-any-return]
+        return self.profiler.profile(action)
 
     def _cached_default(self, names: tuple[str, ...], overridden: Callable[[str], bool]) -> bool:
         return False  # every hook dispatched, so every hook is recorded

@@ -79,7 +79,7 @@ def _parse_reduce_fx(reduce_fx: str | Callable[..., Any]) -> str:
     if isinstance(reduce_fx, str) and reduce_fx.lower() in _REDUCE_NAMES:
         return _REDUCE_NAMES[reduce_fx.lower()]
     if callable(reduce_fx) and reduce_fx in _TORCH_REDUCE:
-        return _TORCH_REDUCE[reduce_fx]  # type: ignore[index]
+        return _TORCH_REDUCE[reduce_fx]
     raise MisconfigurationException(
         f"Only `self.log(..., reduce_fx={{min,max,mean,sum}})` are supported, got reduce_fx={reduce_fx!r}. Use 'mean', "
         "'sum', 'max' or 'min' (or torch.mean / torch.sum / torch.max / torch.min, or the builtins sum / max / min)."

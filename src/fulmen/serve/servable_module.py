@@ -28,7 +28,7 @@ class ServableModule(ABC, torch.nn.Module):
         """An example request: ``{"body": {input name: JSON value}}``."""
 
     @abstractmethod
-    def configure_serialization(self) -> tuple[dict[str, Callable], dict[str, Callable]]:  # type: ignore[type-arg]
+    def configure_serialization(self) -> tuple[dict[str, Callable], dict[str, Callable]]:
         """``(deserializers, serializers)``: per input name, a function from the request's JSON value to what
         ``serve_step`` takes; per output name, a function from ``serve_step``'s tensor to a JSON value."""
 

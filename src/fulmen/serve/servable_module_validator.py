@@ -150,7 +150,7 @@ def _build_app(module: Any) -> Any:
         return True
 
     @app.post("/serve")
-    def serve(payload: dict = Body(...)) -> dict[str, Any]:  # type: ignore[type-arg]
+    def serve(payload: dict = Body(...)) -> dict[str, Any]:
         body = dict(payload["body"])
         for name, deserialize in deserializers.items():
             body[name] = deserialize(body[name])

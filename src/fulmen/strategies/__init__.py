@@ -15,3 +15,9 @@ __all__ = [
     "ParallelStrategy", "SingleDeviceStrategy", "SingleDeviceXLAStrategy", "Strategy", "XLAStrategy",
     "select_strategy",
 ]  # fmt: skip
+
+from fulmen.utilities.imports import lazy_exports as _lazy_exports
+
+# its submodules read as attributes (``fulmen.trainer.states``) without their own import, as after Lightning's
+# package imports
+__getattr__, __dir__ = _lazy_exports(__name__, {})

@@ -19,6 +19,7 @@ from torch.optim import Optimizer
 
 from fulmen.accelerators import Accelerator
 from fulmen.core.optimizer import unwrap_optimizer
+from fulmen.overrides.distributed import prepare_for_backward
 from fulmen.precision import Precision
 from fulmen.strategies.environment import ClusterLayout
 from fulmen.strategies.launchers.multiprocessing import _MultiProcessingLauncher
@@ -152,8 +153,8 @@ class DDPStrategy(ParallelStrategy):
                 f"strategy={self.strategy_name!r} starts processes on this machine only, but num_nodes={num_nodes}. "
                 "For several machines use strategy='ddp' with torchrun or SLURM."
             )
-        self.parallel_devices = list(parallel_devices)
-        self._devices, self.num_nodes = len(parallel_devices), 1
+        self.parallel_devices = list(self._given_devices or parallel_devices)
+        self._devices, self.num_nodes = len(self.parallel_devices), 1
         self._launcher = _MultiProcessingLauncher(self, start_method=self._start_method)
 
     def setup_environment(self) -> None:
@@ -296,19 +297,8 @@ class DDPStrategy(ParallelStrategy):
         is armed here instead; without it the gradients would stay local to each process.
         """
         model = self._model
-        if not isinstance(model, DistributedDataParallel):
-            return
-        if not (torch.is_grad_enabled() and model.require_backward_grad_sync):  # inside no_sync: stay local
-            model.require_forward_param_sync = False
-            return
-        model.require_forward_param_sync = True
-        # with find_unused_parameters the reducer walks the graph from the loss to find what it must not wait
-        # for (e.g. the parameters toggle_model froze); otherwise every parameter is expected to get a gradient
-        roots = [loss] if model.find_unused_parameters and not model.static_graph else []
-        reducer = model.reducer
-        # the bucket order learnt in the first backward is applied before the next one records it again
-        reducer._rebuild_buckets()
-        reducer.prepare_for_backward(roots)
+        if isinstance(model, DistributedDataParallel):
+            prepare_for_backward(model, loss)
 
     def block_backward_sync(self) -> contextlib.AbstractContextManager[Any]:
         """DDP's ``no_sync``: batches that only accumulate keep their gradients local."""

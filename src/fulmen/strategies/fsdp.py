@@ -498,7 +498,7 @@ class FSDPStrategy(ShardedStrategy):
 
         request = self._mesh_request
         if _is_mesh(request):
-            return request  # type: ignore[no-any-return]
+            return request
         world = self.world_size
         if self.sharding_strategy == "NO_SHARD":
             shape: tuple[int, ...] = (world, 1)  # replicated over every process, a shard group of one

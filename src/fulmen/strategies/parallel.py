@@ -27,6 +27,7 @@ from fulmen.strategies.launchers.subprocess_script import (
     REPORTED,
     _SubprocessScriptLauncher,
     ended_children,
+    ending_if_a_child_dies,
     launch_local_ranks,
 )
 from fulmen.strategies.strategy import Strategy
@@ -108,8 +109,9 @@ class ParallelStrategy(Strategy):
         self.process_group_backend = process_group_backend
         self.timeout = timeout
         self.num_nodes = 1
-        # this node's devices, one per local rank
-        self.parallel_devices: list[torch.device] = list(parallel_devices) if parallel_devices is not None else []
+        # this node's devices, one per local rank; given here, they win over the Trainer's devices
+        self._given_devices = list(parallel_devices) if parallel_devices is not None else None
+        self.parallel_devices: list[torch.device] = list(self._given_devices or [])
         self._devices = max(1, len(self.parallel_devices))  # processes per node, from the Trainer's devices
         self._launch = False  # this process starts the other local ranks when the run starts
         self._cluster: ClusterLayout | None = None  # read from the launcher's environment
@@ -152,8 +154,8 @@ class ParallelStrategy(Strategy):
         """Plan the processes, one per device of ``parallel_devices`` on each node: those a launcher started
         (checked against devices x ``num_nodes``), or, without a launcher, processes on this machine that fulmen
         starts itself."""
-        self.parallel_devices = list(parallel_devices)
-        devices = len(parallel_devices)
+        self.parallel_devices = list(self._given_devices or parallel_devices)
+        devices = len(self.parallel_devices)
         self._devices, self.num_nodes = devices, num_nodes
         self._cluster = cluster
         self._launcher = _SubprocessScriptLauncher(self.cluster_plugin, devices, num_nodes)
@@ -210,10 +212,12 @@ class ParallelStrategy(Strategy):
             self._root_device = torch.device("cpu")
         backend = self.process_group_backend or ("nccl" if hardware == "cuda" else "gloo")
         if not dist.is_initialized():
-            dist.init_process_group(
-                backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
-                store=self._elastic_store(),
-            )  # fmt: skip
+            started = launcher.procs if isinstance(launcher, _SubprocessScriptLauncher) else []
+            with ending_if_a_child_dies(started):
+                dist.init_process_group(
+                    backend, rank=self.global_rank, world_size=self.world_size, timeout=self.timeout,
+                    store=self._elastic_store(),
+                )  # fmt: skip
             # torch asks for the group to be destroyed before the process ends: left to interpreter shutdown,
             # its threads were once torn down in an order that aborted the process (SIGABRT) after a clean run
             atexit.register(_destroy_group)
@@ -288,7 +292,7 @@ class ParallelStrategy(Strategy):
         return result
 
     def sync_metric(self, tensor: Tensor, reduce_op: str) -> Tensor:
-        return self.reduce(tensor, reduce_op=reduce_op)  # type: ignore[no-any-return]
+        return self.reduce(tensor, reduce_op=reduce_op)
 
     def barrier(self, name: str | None = None) -> None:
         if dist.is_initialized():

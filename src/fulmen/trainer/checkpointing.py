@@ -17,14 +17,14 @@ from fulmen.core.saving import HPARAMS_LEFT_OUT_SUFFIX
 from fulmen.loops import resume
 from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import LIGHTNING_VERSION
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
 
 CHECKPOINT_VERSION_KEY = "pytorch-lightning_version"
-# The Lightning release whose format fulmen writes: Lightning reads the version key to migrate old files.
-FORMAT_VERSION = "2.6.6"
+FORMAT_VERSION = LIGHTNING_VERSION  # Lightning reads the version key to migrate old files
 
 
 # -- hyperparameters as primitives ---------------------------------------------------------------------------

@@ -144,11 +144,8 @@ class Trainer:
     def accelerator(self) -> Accelerator:
         return self._context.config.accelerator
 
-    @property
-    def _accelerator_connector(self) -> _AcceleratorConnector:
-        """A read-only view for libraries written against Lightning's trainer internals (optuna-integration's
-        pruning callback reads ``trainer._accelerator_connector.is_distributed``)."""
-        return _AcceleratorConnector(self)
+    # read by libraries written against Lightning's internals (optuna-integration: ``.is_distributed``)
+    _accelerator_connector = property(_AcceleratorConnector)
 
     @property
     def lightning_module(self) -> LightningModule:
@@ -512,7 +509,7 @@ class Trainer:
         ckpt_path = self._eval_ckpt_path(model, ckpt_path)
         model = self._attach(model, datamodule, fn)
         self._context.data.attach(**{"val" if fn == TrainerFn.VALIDATING else "test": dataloaders})
-        return self._run(model, fn, ckpt_path, weights_only, verbose=verbose)  # type: ignore[no-any-return]
+        return self._run(model, fn, ckpt_path, weights_only, verbose=verbose)
 
     def _eval_ckpt_path(self, model: LightningModule | None, ckpt_path: Any) -> Any:
         """No model and no ckpt_path after a fit: evaluate the best checkpoint of that fit (as documented)."""

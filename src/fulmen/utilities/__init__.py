@@ -37,3 +37,9 @@ __all__ = [
     "set_shared_parameters",
     "suggested_max_num_workers",
 ]
+
+from fulmen.utilities.imports import lazy_exports as _lazy_exports
+
+# its submodules read as attributes (``fulmen.trainer.states``) without their own import, as after Lightning's
+# package imports
+__getattr__, __dir__ = _lazy_exports(__name__, {})

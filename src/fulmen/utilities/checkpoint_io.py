@@ -87,7 +87,7 @@ def atomic_write(path: _PathLike, write: Callable[[io.BufferedWriter], object]) 
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a checkpoint is an ordinary file
         with os.fdopen(fd, "wb") as f:
-            write(f)  # type: ignore[arg-type]
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
@@ -179,7 +179,7 @@ def load(path: _PathLike, map_location: Any = None, weights_only: bool = True) -
         source = io.BytesIO(cloud_io.read_bytes(path_str))
     try:
         if not weights_only:
-            return torch.load(source, map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
+            return torch.load(source, map_location=map_location, weights_only=False)
         with _safe_globals():
             checkpoint = torch.load(source, map_location=map_location, weights_only=True)
     except _READ_ERRORS as err:
@@ -210,7 +210,7 @@ def load(path: _PathLike, map_location: Any = None, weights_only: bool = True) -
         raise ValueError(
             f"{path_str!r} is not a checkpoint: it holds a {type(checkpoint).__name__}, not a dict."
         )
-    return checkpoint  # type: ignore[no-any-return]
+    return checkpoint
 
 
 def save_safetensors(checkpoint: dict[str, Any], path: _PathLike) -> None:

@@ -95,14 +95,14 @@ def from_compiled(model: OptimizedModule) -> LightningModule:
             f"`model` is expected to be a compiled LightningModule. Found a `{type(module).__name__}` instead: "
             "from_compiled only unwraps `torch.compile(lightning_module)`."
         )
-    return _compile_steps(model, module)  # type: ignore[no-any-return]
+    return _compile_steps(model, module)
 
 
 def to_uncompiled(model: LightningModule | OptimizedModule) -> LightningModule:
     """The LightningModule without compilation: from what ``torch.compile`` returned, or from a module that
     :func:`from_compiled` (or the Trainer) compiled, whose original methods are put back (in place)."""
     if _is_optimized_module(model):
-        module: Any = model._orig_mod  # type: ignore[union-attr]
+        module: Any = model._orig_mod
         if not _is_lightning_module(module):
             raise TypeError(
                 f"Unexpected error, the wrapped model should be a LightningModule, found {type(module).__name__}: "
@@ -126,4 +126,4 @@ def to_uncompiled(model: LightningModule | OptimizedModule) -> LightningModule:
         else:
             setattr(module, name, previous)
     object.__setattr__(module, "_compiled_from", None)
-    return module  # type: ignore[no-any-return]
+    return module

@@ -18,7 +18,8 @@ from typing import NoReturn
 
 from fulmen.utilities import distributed_checkpoint
 
-_log = logging.getLogger(__name__)
+# named, not __name__: run with `python -m` this module is __main__, and its messages would miss fulmen's handler
+_log = logging.getLogger("fulmen.utilities.consolidate_checkpoint")
 
 
 def _parse_cli_args(argv: list[str] | None = None) -> Namespace:

@@ -23,6 +23,11 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+# The Lightning release whose public API and checkpoint format fulmen matches: what checkpoints record as their
+# format version (Lightning reads it to migrate old files), what the ``lightning.pytorch`` alias reports as
+# ``__version__`` (libraries gate features on it), and where checkpoint upgrades stop.
+LIGHTNING_VERSION = "2.6.6"
+
 if TYPE_CHECKING:
     from torch._vendor.packaging.version import Version
 
@@ -38,13 +43,18 @@ def require(package: str, extra: str, component: str) -> None:
 
 def lazy_exports(package: str, where: Mapping[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for ``package`` whose public names live in the modules ``where``
-    maps them to (``{"ModelCheckpoint": "model_checkpoint", ...}``)."""
+    maps them to (``{"ModelCheckpoint": "model_checkpoint", ...}``); its submodules are attributes too.
+    ``lazy_exports(package, {})`` gives a package only the submodule attributes."""
 
     def __getattr__(name: str) -> object:
         module = where.get(name)
-        if module is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(f"{package}.{module}"), name)
+        if module is not None:
+            return getattr(importlib.import_module(f"{package}.{module}"), name)
+        # a submodule reads as an attribute without its own import (``pl.callbacks.early_stopping.X``), as it
+        # does after Lightning's package imports everything: programs and libraries rely on that
+        if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}") is not None:
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:
         return sorted([*importlib.import_module(package).__dict__, *where])

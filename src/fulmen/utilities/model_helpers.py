@@ -74,4 +74,4 @@ def get_torchvision_model(model_name: str, **kwargs: Any) -> nn.Module:
         )
     from torchvision import models
 
-    return models.get_model(model_name, **kwargs)  # type: ignore[no-any-return]
+    return models.get_model(model_name, **kwargs)

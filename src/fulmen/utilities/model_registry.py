@@ -101,6 +101,7 @@ def download_model_from_registry(ckpt_path: _PATH | None, trainer: Trainer) -> N
 
 
 def _trainer_registry(trainer: Any) -> str | None:
-    """The Trainer's ``model_registry`` argument (the default model name)."""
-    config = getattr(trainer, "config", None)
-    return getattr(config, "model_registry", None)
+    """The model named by the Trainer's ``model_registry`` argument (without a ``:version`` it may carry): the
+    model a registry path without a name means."""
+    registry = getattr(getattr(trainer, "config", None), "model_registry", None)
+    return str(registry).split(":")[0] if registry else None

@@ -19,7 +19,7 @@ from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationExcept
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 
-class AttributeDict(dict):  # type: ignore[type-arg]
+class AttributeDict(dict):
     """A dict whose keys are also attributes: ``hparams.lr`` is ``hparams["lr"]``."""
 
     def __getattr__(self, key: str) -> Any:

@@ -94,7 +94,7 @@ def rank_prefixed_message(message: str, rank: int | None) -> str:
     return message if rank is None else f"[rank: {rank}] {message}"
 
 
-class WarningCache(set):  # type: ignore[type-arg]
+class WarningCache(set):
     """Emits each distinct message once (on global rank zero)."""
 
     def warn(self, message: str, stacklevel: int = 5, **kwargs: Any) -> None:

@@ -88,7 +88,7 @@ def capture_rng(include_cuda: bool | None = None) -> dict[str, Any]:
     try:
         import numpy as np
 
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()  # type: ignore[misc]
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
         state["numpy"] = (str(kind), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss))
     except ImportError:  # numpy is optional
         pass

@@ -24,7 +24,8 @@ import torch
 from fulmen.utilities import checkpoint_io
 from fulmen.utilities.migration import migrate_checkpoint, pl_legacy_patch
 
-_log = logging.getLogger(__name__)
+# named, not __name__: run with `python -m` this module is __main__, and its messages would miss fulmen's handler
+_log = logging.getLogger("fulmen.utilities.upgrade_checkpoint")
 
 
 def _upgrade(args: Namespace) -> None:
@@ -75,7 +76,7 @@ def _load(file: Path, map_location: torch.device | None, weights_only: bool) -> 
             )
             sys.exit(1)
     with pl_legacy_patch():  # objects old versions pickled are read as fulmen's
-        return torch.load(file, map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
+        return torch.load(file, map_location=map_location, weights_only=False)
 
 
 def main() -> None:

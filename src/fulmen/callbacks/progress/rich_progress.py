@@ -359,7 +359,7 @@ class RichProgressBar(RefreshingBar):
 
         from fulmen.utilities.apply_func import apply_to_collection
 
-        return apply_to_collection(super().get_metrics(trainer, pl_module), Tensor, lambda t: t.item())  # type: ignore[no-any-return]
+        return apply_to_collection(super().get_metrics(trainer, pl_module), Tensor, lambda t: t.item())
 
     def _get_train_description(self, current_epoch: int) -> str:
         description = f"Epoch {current_epoch}"

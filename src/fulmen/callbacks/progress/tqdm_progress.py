@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _NUMBER_WIDTH = 5  # short numbers in the postfix are padded with zeros to this many characters
 
 
-class Tqdm(_tqdm):  # type: ignore[misc]
+class Tqdm(_tqdm):
     """tqdm whose postfix numbers keep a steady width: floats padded with zeros to five characters
     (``loss=0.120``, ``1.000``, ``12.30``), so the bar does not jitter as the values change."""
 
@@ -113,7 +113,7 @@ class TQDMProgressBar(RefreshingBar):
         bar = getattr(self, f"_{name}")
         if bar is None:
             raise TypeError(f"The `{type(self).__name__}.{name}` reference has not been set yet.")
-        return bar  # type: ignore[no-any-return]
+        return bar
 
     @property
     def train_progress_bar(self) -> Tqdm:

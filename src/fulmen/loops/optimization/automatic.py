@@ -116,7 +116,7 @@ class Closure(AbstractClosure[ClosureResult]):
                 self._backward_fn(result.closure_loss)
         return result
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Tensor | None:  # type: ignore[override]
+    def __call__(self, *args: Any, **kwargs: Any) -> Tensor | None:
         self._result = result = self.closure(*args, **kwargs)
         return result.loss
 

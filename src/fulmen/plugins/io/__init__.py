@@ -11,3 +11,9 @@ from fulmen.plugins.io.torch_plugin import TorchCheckpointIO
 from fulmen.plugins.io.xla_plugin import XLACheckpointIO
 
 __all__ = ["AsyncCheckpointIO", "CheckpointIO", "TorchCheckpointIO", "XLACheckpointIO"]
+
+from fulmen.utilities.imports import lazy_exports as _lazy_exports
+
+# its submodules read as attributes (``fulmen.trainer.states``) without their own import, as after Lightning's
+# package imports
+__getattr__, __dir__ = _lazy_exports(__name__, {})

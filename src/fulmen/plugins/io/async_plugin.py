@@ -70,16 +70,16 @@ class AsyncCheckpointIO(_WrappingCheckpointIO):
             future.result()
         self._raise_pending_error()
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _Path, storage_options: Any | None = None) -> None:  # type: ignore[override]
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _Path, storage_options: Any | None = None) -> None:
         self._raise_pending_error()
         snapshot = apply_to_collection(checkpoint, torch.Tensor, lambda t: t.detach().to("cpu", copy=True))
         self._submit(False, self.checkpoint_io.save_checkpoint, snapshot, path, storage_options)
 
-    def load_checkpoint(self, path: _Path, map_location: Any | None = None, weights_only: bool | None = None) -> dict[str, Any]:  # type: ignore[override]
+    def load_checkpoint(self, path: _Path, map_location: Any | None = None, weights_only: bool | None = None) -> dict[str, Any]:
         self.wait()
         return self.checkpoint_io.load_checkpoint(path, map_location=map_location, weights_only=weights_only)
 
-    def remove_checkpoint(self, path: _Path) -> None:  # type: ignore[override]
+    def remove_checkpoint(self, path: _Path) -> None:
         self._submit(True, self.checkpoint_io.remove_checkpoint, path)
 
     def teardown(self) -> None:

@@ -35,11 +35,11 @@ _RESULT_FILE = "rank0.pt"
 
 # Code written for Lightning catches torch's own exceptions around a spawned fit (optuna-integration's tests
 # expect ``ProcessRaisedException``); fulmen's message names the failing rank and its error first.
-class RankRaised(mp.ProcessRaisedException, RuntimeError):
+class _RankRaised(mp.ProcessRaisedException, RuntimeError):
     """A started process raised: torch's ``ProcessRaisedException`` (and a ``RuntimeError``)."""
 
 
-class RankExited(mp.ProcessExitedException, RuntimeError):
+class _RankExited(mp.ProcessExitedException, RuntimeError):
     """A started process died without raising (a signal, ``os._exit``): torch's ``ProcessExitedException``."""
 
 
@@ -103,7 +103,7 @@ class _MultiProcessingLauncher(_Launcher):
                 lines = [line.strip() for line in str(err).splitlines()]
                 named = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", line)]
                 cause = named[-1] if named else "an error"
-                raise RankRaised(
+                raise _RankRaised(
                     f"strategy={name!r}: the process of rank {err.error_index} failed with {cause} (its traceback "
                     f"is below).\n{err}",
                     err.error_index,
@@ -111,7 +111,7 @@ class _MultiProcessingLauncher(_Launcher):
                 ) from err
             except mp.ProcessExitedException as err:
                 how = f"was killed by {err.signal_name}" if err.signal_name else f"exited with code {err.exit_code}"
-                raise RankExited(
+                raise _RankExited(
                     f"strategy={name!r}: the process of rank {err.error_index} {how} before the run ended; the "
                     "other processes were stopped.",
                     err.error_index,

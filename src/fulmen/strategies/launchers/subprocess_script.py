@@ -4,11 +4,13 @@ user's script is run again for ranks 1..devices-1, with the environment torchrun
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fulmen.strategies.environment import LAUNCHER_VARIABLE, detect
@@ -78,6 +80,37 @@ def ended_children(children: list[subprocess.Popen[bytes]]) -> list[str]:
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         ended.append(f"rank {rank} (pid {child.pid}) {how}")
     return ended
+
+
+@contextlib.contextmanager
+def ending_if_a_child_dies(children: list[subprocess.Popen[bytes]], poll_s: float = 0.2) -> Iterator[None]:
+    """End this process (rank 0) if a local rank it started dies inside the block.
+
+    The process-group rendezvous waits for every rank: a rank that failed before joining (a wrong flag in the
+    script, an import error) would leave rank 0 waiting for the whole rendezvous timeout. A thread watches the
+    children while the block runs and, when one has ended, says which and ends the job with status 1 (the
+    waiting call cannot be interrupted from Python; nothing has run yet that a user could lose).
+    """
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(poll_s):
+            dead = ended_children(children)
+            if dead and not done.is_set():
+                print(f"fulmen: {'; '.join(dead)} before joining the process group; ending the job",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                for child in children:
+                    if child.poll() is None:
+                        child.kill()
+                os._exit(1)
+
+    watcher = threading.Thread(target=watch, name="fulmen-rendezvous-watch", daemon=True)
+    if children:
+        watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def free_port() -> int:

@@ -11,3 +11,9 @@ from fulmen.trainer.connectors.logger_connector.logger_connector import build_lo
 from fulmen.trainer.setup import prepare_model
 
 __all__ = ["attach_model_callbacks", "build_callbacks", "build_loggers", "prepare_model"]
+
+from fulmen.utilities.imports import lazy_exports as _lazy_exports
+
+# its submodules read as attributes (``fulmen.trainer.states``) without their own import, as after Lightning's
+# package imports
+__getattr__, __dir__ = _lazy_exports(__name__, {})

@@ -41,7 +41,7 @@ def _callback_class(name: str) -> type:
     the checkpoint has no newer, string key for it). The callbacks sit above this layer, and only this
     upgrade of pre-0.10 files needs them, so they are looked up when it runs, never at import."""
     module = {"ModelCheckpoint": "model_checkpoint", "EarlyStopping": "early_stopping"}[name]
-    return getattr(importlib.import_module(f"fulmen.callbacks.{module}"), name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(f"fulmen.callbacks.{module}"), name)
 
 
 # pre-0.10 top-level key -> (callback, its state key)
@@ -104,7 +104,7 @@ def _fit_loop_state_1_6_0() -> dict[str, Any]:
 def _fit_loop(checkpoint: _CHECKPOINT) -> dict[str, Any]:
     """The checkpoint's fit-loop state, created at zero (1.6.0's layout) when it has none."""
     loops = checkpoint.setdefault("loops", {"fit_loop": _fit_loop_state_1_6_0()})
-    return loops.setdefault("fit_loop", _fit_loop_state_1_6_0())  # type: ignore[no-any-return]
+    return loops.setdefault("fit_loop", _fit_loop_state_1_6_0())
 
 
 def _migrate_loop_global_step_to_progress_tracking(checkpoint: _CHECKPOINT) -> _CHECKPOINT:

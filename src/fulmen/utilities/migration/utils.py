@@ -18,11 +18,10 @@ import warnings
 from types import ModuleType, TracebackType
 from typing import Any
 
-from fulmen.as_lightning import LIGHTNING_VERSION
 from fulmen.utilities import argparse as argparse_module
 from fulmen.utilities import enums as enums_module
 from fulmen.utilities.enums import LightningEnum
-from fulmen.utilities.imports import parse_version
+from fulmen.utilities.imports import LIGHTNING_VERSION, parse_version
 from fulmen.utilities.migration.migration import _migration_index
 from fulmen.utilities.rank_zero import rank_zero_warn
 from fulmen.utilities.warnings import PossibleUserWarning
@@ -183,7 +182,7 @@ def _patch_pl_to_mirror_if_necessary(module: str) -> str:
     return module
 
 
-class _RedirectingUnpickler(pickle._Unpickler):  # type: ignore[name-defined, misc]
+class _RedirectingUnpickler(pickle._Unpickler):
     """An unpickler that reads old Lightning objects as fulmen's (see :func:`_patch_pl_to_mirror_if_necessary`)."""
 
     def find_class(self, module: str, name: str) -> Any:

@@ -5,3 +5,9 @@
 from fulmen.trainer.connectors.logger_connector.logger_connector import MetricsHub, build_loggers
 
 __all__ = ["MetricsHub", "build_loggers"]
+
+from fulmen.utilities.imports import lazy_exports as _lazy_exports
+
+# its submodules read as attributes (``fulmen.trainer.states``) without their own import, as after Lightning's
+# package imports
+__getattr__, __dir__ = _lazy_exports(__name__, {})
