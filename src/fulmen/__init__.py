@@ -7,7 +7,6 @@
 
 import logging
 
-from fulmen.as_lightning import install_as_lightning
 from fulmen.callbacks.callback import Callback
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
@@ -38,6 +37,15 @@ _LOGO = r"""
  |  _| |_| | | | | | | |  __/ | | |
  |_|  \__,_|_|_| |_| |_|\___|_| |_|
 """
+
+
+def install_as_lightning() -> None:
+    """Make ``lightning.pytorch`` and ``pytorch_lightning`` (and their submodules) names of fulmen's modules; see
+    :func:`fulmen.as_lightning.install_as_lightning`."""
+    # imported here, not at ``import fulmen``: ``python -m fulmen.as_lightning`` must find that module unimported
+    from fulmen.as_lightning import install_as_lightning as install
+
+    install()
 
 
 def __getattr__(name: str) -> object:

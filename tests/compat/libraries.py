@@ -187,12 +187,16 @@ def run_pytest(lib: Library, tree: Path, venv: Path, mode: str, extra: list[str]
     paths = [str(tree / p) for p in lib.pythonpath]
     if mode == "fulmen":
         paths.insert(0, str(ROOT / "src"))
-    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("PYTHONHASHSEED", "0")
     prefix = ["-m", "fulmen.as_lightning"] if mode == "fulmen" else []
+    # a plugin that records which Trainer the tests trained with, so the table shows they ran on fulmen
+    (tree / "_which_trainer.py").write_text(_WHICH_TRAINER)
+    paths.append(str(tree))
+    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["WHICH_TRAINER_FILE"] = str(tree / f"trainer-{mode}.txt")
     command = [
-        str(venv_python(venv)), *prefix, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-        f"--junitxml={report}", *lib.pytest_args, *lib.tests, *extra,
+        str(venv_python(venv)), *prefix, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "_which_trainer",
+        "-o", "addopts=", f"--junitxml={report}", *lib.pytest_args, *lib.tests, *extra,
     ]  # fmt: skip
     log = tree / f"pytest-{mode}.log"
     started = time.monotonic()
@@ -205,6 +209,23 @@ def run_pytest(lib: Library, tree: Path, venv: Path, mode: str, extra: list[str]
             out.write(f"\n*** stopped after {timeout:.0f} s (--timeout)\n")
     print(f"[{lib.name}] {mode}: done in {time.monotonic() - started:.0f} s", flush=True)
     return report
+
+
+_WHICH_TRAINER = """
+import os, sys
+
+
+def pytest_sessionfinish(session):
+    names = ("lightning.pytorch", "pytorch_lightning")
+    seen = [f"{n}.Trainer is {sys.modules[n].Trainer.__module__}" for n in names if n in sys.modules]
+    with open(os.environ["WHICH_TRAINER_FILE"], "w") as out:
+        out.write("; ".join(seen) or "no Lightning package imported")
+"""
+
+
+def which_trainer(tree: Path, mode: str) -> str:
+    path = tree / f"trainer-{mode}.txt"
+    return path.read_text() if path.exists() else "unknown (no record)"
 
 
 def outcomes(report: Path) -> dict[str, tuple[str, str]]:
@@ -325,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
                 report = run_pytest(lib, trees[lib.name], args.venv, mode, extra, args.timeout)
             rows[lib.name][mode] = outcomes(report)
     report_table(rows, modes)
+    print()
+    for lib in chosen:
+        for mode in modes:
+            print(f"{lib.name}, {mode}: {which_trainer(trees[lib.name], mode)}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, sort_keys=True))
     if len(modes) == 2:

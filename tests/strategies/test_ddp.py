@@ -261,8 +261,9 @@ def test_launch_checks(monkeypatch):
 
     for key, value in {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}.items():
         monkeypatch.setenv(key, value)
-    with pytest.raises(MisconfigurationException, match="torchrun started 4 with 2 per node"):
+    with pytest.raises(MisconfigurationException, match="torchrun started 4 with 2 per node") as refused:
         fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
+    assert isinstance(refused.value, ValueError)  # Lightning's class for a launch that disagrees with the flags
     trainer = fulmen.Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", logger=False)
     assert isinstance(trainer.strategy, DDPStrategy)
     assert (trainer.world_size, trainer.global_rank, trainer.local_rank, trainer.node_rank) == (4, 3, 1, 1)

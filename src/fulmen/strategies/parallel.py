@@ -31,7 +31,7 @@ from fulmen.strategies.launchers.subprocess_script import (
     launch_local_ranks,
 )
 from fulmen.strategies.strategy import Strategy
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_only
 from fulmen.utilities.seed import reset_seed
 
@@ -176,7 +176,8 @@ class ParallelStrategy(Strategy):
                 if cluster.launcher == "slurm"
                 else f"torchrun --nnodes={num_nodes} --nproc_per_node={devices}"
             )
-            raise MisconfigurationException(
+            # a ValueError as Lightning's (and still a MisconfigurationException, which fulmen raised before)
+            raise InvalidValueError(
                 f"Trainer(devices={devices}, num_nodes={num_nodes}) asks for {devices * num_nodes} processes, but "
                 f"{cluster.launcher} started {cluster.world_size} with {cluster.local_world_size} per node. Make "
                 f"them agree: launch with `{how}`, or set devices={cluster.local_world_size}, "
