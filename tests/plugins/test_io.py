@@ -15,6 +15,7 @@ from fulmen.demos.boring_classes import BoringModel
 from fulmen.plugins import AsyncCheckpointIO, CheckpointIO, MixedPrecision, TorchCheckpointIO
 from fulmen.utilities import checkpoint_io
 from fulmen.utilities.exceptions import MisconfigurationException
+from tests.parity import oracle
 
 
 class Decreasing(BoringModel):
@@ -141,3 +142,25 @@ def test_a_checkpoint_io_of_your_own(tmp_path):
     _trainer(tmp_path, io).fit(Decreasing())
     assert sorted(os.path.basename(p) for p in io.files) == ["epoch=2-step=6.ckpt", "last.ckpt"]
     assert not (tmp_path / "ck").exists() or not os.listdir(tmp_path / "ck")
+
+
+
+@oracle.parity
+def test_a_checkpoint_io_given_to_the_strategy_and_in_plugins_is_refused_as_in_lightning():
+    lightning = oracle.lightning()
+    from lightning.pytorch.plugins import TorchCheckpointIO as TheirIO
+    from lightning.pytorch.strategies import SingleDeviceStrategy as TheirStrategy
+
+    from fulmen.strategies import SingleDeviceStrategy
+
+    cpu = torch.device("cpu")
+    their_error = oracle.lightning("lightning.fabric.utilities.exceptions").MisconfigurationException
+    with pytest.raises(their_error):
+        lightning.Trainer(strategy=TheirStrategy(cpu, checkpoint_io=TheirIO()), plugins=[TheirIO()], logger=False)
+    with pytest.raises(MisconfigurationException, match="given twice"):
+        Trainer(strategy=SingleDeviceStrategy(cpu, checkpoint_io=TorchCheckpointIO()), plugins=[TorchCheckpointIO()],
+                logger=False)  # fmt: skip
+    strategy = SingleDeviceStrategy(cpu)
+    assert isinstance(strategy.checkpoint_io, TorchCheckpointIO)  # reading the default does not choose it
+    trainer = Trainer(strategy=strategy, plugins=[AsyncCheckpointIO()], logger=False)
+    assert isinstance(trainer.strategy.checkpoint_io, AsyncCheckpointIO)

@@ -220,9 +220,12 @@ class IndexWriter(fulmen.callbacks.BasePredictionWriter):
 
 
 def predict_with_writer() -> dict:
-    """A prediction writer under DDP: each rank writes its share, with the dataset indices of its samples."""
+    """A prediction writer under DDP: each rank writes its share, with the dataset indices of its samples. 63
+    samples: two ranks cannot share them evenly, and no sample may be predicted twice."""
     writer = IndexWriter()
-    out = ddp_trainer(callbacks=[writer]).predict(Predicting(), loader(batch_size=5), return_predictions=False)
+    data = torch.utils.data.Subset(loader(batch_size=5).dataset, range(63))
+    uneven = torch.utils.data.DataLoader(data, batch_size=5)
+    out = ddp_trainer(callbacks=[writer]).predict(Predicting(), uneven, return_predictions=False)
     return {"batches": writer.batches, "epoch": writer.epoch, "returned": out}
 
 

@@ -239,8 +239,10 @@ def test_module_all_gather_and_prediction_writer(ddp_results):
         assert written["epoch"] == (len(batches), [[indices for indices, _ in batches]])
         assert all(len(indices) == size for indices, size in batches)
         seen += [i for indices, _ in batches for i in indices]
-    # DistributedSampler gives rank r the samples r, r+2, ...: together the ranks cover all 64, once each
-    assert sorted(seen) == list(range(64))
+    # prediction shares without padding (Lightning's UnrepeatedDistributedSampler): rank r gets r, r+2, ...,
+    # together the ranks cover all 63 once each (a padded DistributedSampler would predict sample 0 twice)
+    assert sorted(seen) == list(range(63))
+    assert [len(ddp_results[rank]["prediction_writer"]["batches"]) for rank in (0, 1)] == [7, 7]
     assert all(i % 2 == 0 for indices, _ in ddp_results[0]["prediction_writer"]["batches"] for i in indices)
 
 

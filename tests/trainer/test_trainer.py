@@ -389,3 +389,61 @@ def test_fit_again_with_a_higher_max_epochs_trains_on():
     assert trainer.max_steps == 5
     with pytest.raises(pl.utilities.MisconfigurationException, match="fit_loop.max_epochs='x'"):
         trainer.fit_loop.max_epochs = "x"
+
+
+@oracle.parity
+def test_every_public_trainer_attribute_of_lightnings_exists():
+    """Lightning's Trainer attributes (the API walk compares signatures, not a class's members)."""
+    lightning = oracle.lightning()
+    theirs = lightning.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+    ours = Trainer(**QUIET)
+    missing = [n for n in dir(theirs) if not n.startswith("_") and not hasattr(ours, n)]
+    assert missing == []
+
+
+@oracle.parity
+def test_stage_flags_and_run_views_read_as_lightnings(tmp_path):
+    import signal
+
+    lightning = oracle.lightning()
+    from lightning.pytorch.demos.boring_classes import BoringModel as TheirModel
+
+    seen = {}
+    for name, module, model in (("ours", pl, BoringModel()), ("theirs", lightning, TheirModel())):
+        trainer = module.Trainer(max_steps=2, limit_val_batches=1, overfit_batches=0.0, logger=False,
+                                 enable_progress_bar=False, enable_model_summary=False,
+                                 default_root_dir=tmp_path / name)  # fmt: skip
+        views = [trainer.enable_validation, trainer.received_sigterm, trainer.scaler, trainer.overfit_batches,
+                 trainer.distributed_sampler_kwargs, trainer.evaluating]  # fmt: skip
+        trainer.training = True
+        views += [trainer.training, trainer.evaluating]
+        trainer.validating = True  # entering one stage leaves the other
+        views += [trainer.training, trainer.validating, trainer.evaluating]
+        trainer.training = False  # not the running stage: nothing changes
+        views.append(trainer.validating)
+        trainer.validating = False
+        views.append(trainer.state.stage)
+        trainer.fit(model)
+        views += [trainer.enable_validation, trainer.estimated_stepping_batches]
+        seen[name] = views
+    assert seen["ours"] == seen["theirs"]
+    assert seen["ours"][:3] == [False, False, None]  # before fit no module: validation not enabled yet
+
+    trainer = Trainer(**QUIET)
+    trainer.run_context.stop.signal = signal.SIGTERM
+    assert trainer.received_sigterm
+    with_ddp = Trainer(accelerator="cpu", devices=2, strategy="ddp", **QUIET)
+    assert with_ddp.distributed_sampler_kwargs == {"num_replicas": 2, "rank": 0}
+
+
+@oracle.parity
+def test_pl_trainer_environment_variables_set_the_flags_the_code_leaves_out(monkeypatch):
+    lightning = oracle.lightning()
+    for key, value in {"PL_TRAINER_MAX_EPOCHS": "3", "PL_TRAINER_LIMIT_TRAIN_BATCHES": "0.5",
+                       "PL_TRAINER_ACCELERATOR": "cpu", "PL_TRAINER_LOGGER": "False"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    for module in (pl, lightning):
+        from_env, from_code = module.Trainer(), module.Trainer(max_epochs=5)
+        assert (from_env.max_epochs, from_env.limit_train_batches, from_env.logger) == (3, 0.5, None)
+        assert from_code.max_epochs == 5 and from_code.limit_train_batches == 0.5
+    assert list(inspect.signature(Trainer).parameters)[:2] == ["accelerator", "strategy"]  # the signature shows

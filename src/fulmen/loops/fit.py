@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,21 @@ class FitLoop:
         if context.batches.train == 0 and length > 0:
             rank_zero_warn("limit_train_batches selects 0 training batches: training is skipped.")
         context.batches.val_check = self._val_check_batch(loader)
+
+    def estimated_stepping_batches(self) -> int | float:
+        """Optimizer steps the whole fit is expected to take (``trainer.estimated_stepping_batches``)."""
+        config = self.context.config
+        if config.max_epochs == -1:
+            return float("inf") if config.max_steps == -1 else config.max_steps
+        if self.context.module is None:  # nothing attached yet (no fit): no loader to count, as for an iterable
+            total: int | float = float("inf")
+        else:
+            self.setup_data()  # loads the running fit's loader once (a no-op when loaded)
+            total = self.context.batches.train
+        if total == float("inf"):
+            return config.max_steps if config.max_steps != -1 else float("inf")
+        estimate = math.ceil(total / self.context.accumulate_grad_batches) * max(config.max_epochs, 1)
+        return min(estimate, config.max_steps) if config.max_steps != -1 else estimate
 
     def _val_check_batch(self, loader: Any) -> int | float:
         config = self.context.config

@@ -189,10 +189,20 @@ class DataSource:
         # a shuffled loader stays shuffled, for evaluation too (as in Lightning, so seeded runs agree)
         shuffle = isinstance(loader.sampler, RandomSampler)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        sampler: DistributedSampler[Any] = DistributedSampler(
-            loader.dataset, **strategy.distributed_sampler_kwargs, shuffle=shuffle, seed=seed,
-            drop_last=loader.drop_last,
-        )  # fmt: skip
+        sampler: DistributedSampler[Any]
+        if stage == "predict":
+            # each sample predicted once: a padded sampler would predict (and write) some samples twice; the
+            # shares may differ by one batch, which prediction allows (no collective per batch)
+            from fulmen.overrides.distributed import UnrepeatedDistributedSampler
+
+            sampler = UnrepeatedDistributedSampler(
+                loader.dataset, **strategy.distributed_sampler_kwargs, shuffle=shuffle, seed=seed
+            )
+        else:
+            sampler = DistributedSampler(
+                loader.dataset, **strategy.distributed_sampler_kwargs, shuffle=shuffle, seed=seed,
+                drop_last=loader.drop_last,
+            )  # fmt: skip
         return rebuild_dataloader(loader, sampler=sampler)
 
     def _check_workers(self, loader: Any, stage: str) -> None:

@@ -57,6 +57,7 @@ class Strategy:
         self._launcher: _Launcher | None = None  # how the run's processes start (None: this process only)
         self.precision_plugin: Precision = precision_plugin or Precision()
         self._checkpoint_io = checkpoint_io
+        self._default_checkpoint_io: CheckpointIO | None = None
         # a cluster-environment plugin from Trainer(plugins=...): the launcher to read instead of detecting it
         self.cluster_plugin: Any = None
         self._lightning_module: LightningModule | None = None
@@ -218,14 +219,27 @@ class Strategy:
     @property
     def checkpoint_io(self) -> CheckpointIO:
         """How checkpoints are written, read and removed (``Trainer(plugins=[AsyncCheckpointIO()])``)."""
-        if self._checkpoint_io is None:
+        if self._checkpoint_io is not None:
+            return self._checkpoint_io
+        if self._default_checkpoint_io is None:  # kept apart: reading the default is not choosing one
             from fulmen.plugins.io import TorchCheckpointIO  # fulmen.plugins loads on first use only
 
-            self._checkpoint_io = TorchCheckpointIO()
-        return self._checkpoint_io
+            self._default_checkpoint_io = TorchCheckpointIO()
+        return self._default_checkpoint_io
 
     @checkpoint_io.setter
     def checkpoint_io(self, io: CheckpointIO) -> None:
+        self._checkpoint_io = io
+
+    def use_plugin_checkpoint_io(self, io: CheckpointIO) -> None:
+        """The ``CheckpointIO`` of ``Trainer(plugins=[...])``; refused when the strategy was given its own, since
+        one of the two would be silently ignored."""
+        if self._checkpoint_io is not None and self._checkpoint_io is not io:
+            raise MisconfigurationException(
+                f"A CheckpointIO was given twice: to the strategy ({type(self._checkpoint_io).__name__}, "
+                f"{type(self).__name__}(checkpoint_io=...)) and in Trainer(plugins=[{type(io).__name__}(...)]). "
+                "Pass it in one place."
+            )
         self._checkpoint_io = io
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:

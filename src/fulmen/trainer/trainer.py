@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import math
 import os
+import signal
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,12 +31,15 @@ from fulmen.runtime.data import split_datamodule
 from fulmen.runtime.results import to_scalars
 from fulmen.runtime.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from fulmen.strategies.factory import select_strategy
+from fulmen.strategies.parallel import ParallelStrategy
 from fulmen.strategies.strategy import Strategy
 from fulmen.trainer.config import ConfigField, TrainerConfig, parse_flags
 from fulmen.trainer.connectors import build_callbacks, build_loggers, prepare_model
 from fulmen.trainer.connectors.accelerator_connector import _AcceleratorConnector
 from fulmen.trainer.runner import StageRunner
 from fulmen.trainer.signals import SignalConnector
+from fulmen.trainer.states import StageFlag
+from fulmen.utilities.argparse import _defaults_from_env_vars
 from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
@@ -54,6 +57,7 @@ class Trainer:
     the Trainer is made, before anything runs (see :class:`~fulmen.trainer.config.TrainerConfig`).
     """
 
+    @_defaults_from_env_vars  # PL_TRAINER_<FLAG> sets a flag the code leaves out (cluster jobs, CI matrices)
     def __init__(
         self,
         *,
@@ -110,7 +114,7 @@ class Trainer:
             config.precision_plugin, config.sync_batchnorm, config.cluster_environment,
         )  # fmt: skip
         if config.checkpoint_io is not None:
-            strategy_.checkpoint_io = config.checkpoint_io
+            strategy_.use_plugin_checkpoint_io(config.checkpoint_io)
         self._context = context = RunContext(self, config, strategy_)
         self.validate_loop = EvaluationLoop(context, "validation")
         self.test_loop = EvaluationLoop(context, "test")
@@ -298,6 +302,7 @@ class Trainer:
     enable_autolog_hparams: ConfigField[bool] = ConfigField()
     auto_scale_batch_size: ConfigField[str | None] = ConfigField()
     auto_lr_find: ConfigField[bool | str] = ConfigField()
+    overfit_batches: ConfigField[int | float] = ConfigField()
     profiler: ConfigField[Profiler] = ConfigField()  # a PassThroughProfiler for profiler=None
 
     @property
@@ -345,25 +350,34 @@ class Trainer:
     def interrupted(self) -> bool:
         return self.state.status == TrainerStatus.INTERRUPTED
 
-    @property
-    def training(self) -> bool:
-        return self.state.stage == RunningStage.TRAINING
+    # whether that stage is running; setting True enters it, False leaves it (callbacks and tests set them)
+    training = StageFlag(RunningStage.TRAINING)
+    sanity_checking = StageFlag(RunningStage.SANITY_CHECKING)
+    validating = StageFlag(RunningStage.VALIDATING)
+    testing = StageFlag(RunningStage.TESTING)
+    predicting = StageFlag(RunningStage.PREDICTING)
 
     @property
-    def sanity_checking(self) -> bool:
-        return self.state.stage == RunningStage.SANITY_CHECKING
+    def evaluating(self) -> bool:  # validating, testing or the sanity check
+        return self.state.stage is not None and self.state.stage.evaluating
 
     @property
-    def validating(self) -> bool:
-        return self.state.stage == RunningStage.VALIDATING
+    def enable_validation(self) -> bool:
+        """Whether fit will run validation: a ``validation_step``, a validation loader and batches to run."""
+        return self._context.data.validation_enabled(load=False)
 
     @property
-    def testing(self) -> bool:
-        return self.state.stage == RunningStage.TESTING
+    def received_sigterm(self) -> bool:
+        return self._context.stop.signal == signal.SIGTERM
 
     @property
-    def predicting(self) -> bool:
-        return self.state.stage == RunningStage.PREDICTING
+    def scaler(self) -> Any:  # the precision's GradScaler, None when it uses none
+        return getattr(self.precision_plugin, "scaler", None)
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any] | None:  # None unless several processes can run
+        strategy = self.strategy
+        return strategy.distributed_sampler_kwargs if isinstance(strategy, ParallelStrategy) else None
 
     @property
     def default_root_dir(self) -> str:
@@ -423,15 +437,7 @@ class Trainer:
     @property
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps the whole fit is expected to take (for schedulers like OneCycleLR)."""
-        config = self.config
-        if config.max_epochs == -1:
-            return float("inf") if config.max_steps == -1 else config.max_steps
-        self.fit_loop.setup_data()  # loads the running fit's loader once (a no-op when loaded)
-        total = self.num_training_batches
-        if total == float("inf"):
-            return config.max_steps if config.max_steps != -1 else float("inf")
-        estimate = math.ceil(total / self.accumulate_grad_batches) * max(config.max_epochs, 1)
-        return min(estimate, config.max_steps) if config.max_steps != -1 else estimate
+        return self.fit_loop.estimated_stepping_batches()
 
     @property
     def ckpt_path(self) -> str | None:
@@ -530,20 +536,11 @@ class Trainer:
     ) -> dict[str, Any]:  # fmt: skip
         """The 1.x way to tune: what ``Trainer(auto_scale_batch_size=..., auto_lr_find=...)`` asked for, batch
         size first. Returns ``{"scale_batch_size": <size or None>, "lr_find": <LRFinder or None>}``."""
-        from fulmen.tuner import Tuner
+        from fulmen.tuner.tuning import tune_as_flags_ask
 
         train_dataloaders, datamodule = split_datamodule(train_dataloaders, datamodule)
-        tuner = Tuner(self)
-        result: dict[str, Any] = {"scale_batch_size": None, "lr_find": None}
-        loaders = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders,
-                   "datamodule": datamodule}  # fmt: skip
-        if self.auto_scale_batch_size:
-            options = {"mode": self.auto_scale_batch_size, **(scale_batch_size_kwargs or {})}
-            result["scale_batch_size"] = tuner.scale_batch_size(model, **loaders, **options)
-        if self.auto_lr_find:
-            options = {"attr_name": self.auto_lr_find} if isinstance(self.auto_lr_find, str) else {}
-            result["lr_find"] = tuner.lr_find(model, **loaders, **{**options, **(lr_find_kwargs or {})})
-        return result
+        loaders = {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders, "datamodule": datamodule}
+        return tune_as_flags_ask(self, model, loaders, scale_batch_size_kwargs or {}, lr_find_kwargs or {})
 
     def save_checkpoint(
         self, filepath: str | Path, weights_only: bool | None = None, storage_options: Any = None

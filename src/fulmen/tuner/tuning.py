@@ -85,6 +85,23 @@ _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_da
           "predict": "predict_dataloader"}  # fmt: skip
 
 
+def tune_as_flags_ask(
+    trainer: Trainer, model: LightningModule, loaders: dict[str, Any], scale_batch_size_kwargs: dict[str, Any],
+    lr_find_kwargs: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """``trainer.tune`` (1.x): the searches ``Trainer(auto_scale_batch_size=..., auto_lr_find=...)`` asked for,
+    batch size first (the learning rate found depends on it)."""
+    tuner = Tuner(trainer)
+    result: dict[str, Any] = {"scale_batch_size": None, "lr_find": None}
+    if trainer.auto_scale_batch_size:
+        options = {"mode": trainer.auto_scale_batch_size, **scale_batch_size_kwargs}
+        result["scale_batch_size"] = tuner.scale_batch_size(model, **loaders, **options)
+    if trainer.auto_lr_find:
+        options = {"attr_name": trainer.auto_lr_find} if isinstance(trainer.auto_lr_find, str) else {}
+        result["lr_find"] = tuner.lr_find(model, **loaders, **{**options, **lr_find_kwargs})
+    return result
+
+
 def _show_tuned_data(trainer: Trainer, arguments: dict[str, Any], size: int) -> None:
     """As Lightning leaves a trainer after the search: ``trainer.train_dataloader`` (and the other loaders of
     ``method``) built with the size found, and ``trainer.datamodule`` the data module searched with. A run
