@@ -125,6 +125,22 @@ def test_cli_example_runs(capsys):
 
 
 @pytest.mark.slow
+def test_distributed_strategy_registry_example_runs():
+    """docs/distributed.md's StrategyRegistry snippet: the registered name builds the configured strategy."""
+    from fulmen.strategies import StrategyRegistry
+
+    source = (DOCS / "distributed.md").read_text()
+    source = source[source.index("## Options") :]
+    code = re.search(r"```python\n(.*?)```", source, re.S)
+    assert code is not None
+    scope: dict = {}
+    try:
+        exec(compile(code.group(1), "distributed.md", "exec"), scope)
+    finally:
+        StrategyRegistry.remove("ddp_big_buckets")
+    assert scope["trainer"].strategy._ddp_kwargs["bucket_cap_mb"] == 100 and scope["trainer"].world_size == 2
+
+
 def test_distributed_fsdp_example_runs_under_torchrun(tmp_path):
     """docs/distributed.md's FSDP script, as a user runs it: torchrun, two processes, then consolidation."""
     import os

@@ -78,3 +78,25 @@ def test_every_module_is_an_attribute_of_its_package_as_after_lightnings_imports
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert f"reached {len(paths)}" in out.stdout
+
+
+@oracle.parity
+def test_availability_flags_are_where_lightnings_are_and_agree():
+    """``from lightning.pytorch.<module> import _<PACKAGE>_AVAILABLE``: programs and test suites gate code on these
+    flags; each exists in fulmen's counterpart module and reads the same here."""
+    import importlib
+
+    oracle.lightning()
+    wrong = []
+    for name, _ in api_walk.lightning_modules():
+        try:
+            theirs = importlib.import_module(name)
+        except ImportError:  # a module of Lightning's that needs a package this machine lacks
+            continue
+        ours = importlib.import_module(api_walk.FULMEN + name[len(api_walk.LIGHTNING) :])
+        for flag in (n for n in vars(theirs) if n.startswith("_") and n.endswith("_AVAILABLE")):
+            if not hasattr(ours, flag):
+                wrong.append(f"{ours.__name__}.{flag}: missing")
+            elif bool(getattr(ours, flag)) != bool(getattr(theirs, flag)):
+                wrong.append(f"{ours.__name__}.{flag}: {bool(getattr(ours, flag))}, Lightning's {bool(getattr(theirs, flag))}")
+    assert wrong == []

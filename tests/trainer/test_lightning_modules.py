@@ -104,3 +104,17 @@ def test_prepare_model_refuses_what_is_not_a_lightning_module():
 
     with pytest.raises(TypeError, match=r"trainer\.fit\(\) got `Linear`"):
         prepare_model(torch.nn.Linear(2, 2), False, "fit")
+
+
+@oracle.parity
+def test_signal_connector_helpers_that_test_suites_call_answer_as_lightnings():
+    """Lightning's conftest.py (and libraries that copied it) saves every signal handler around each test."""
+    import signal
+
+    from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector as Theirs
+
+    from fulmen.trainer.connectors.signal_connector import _SignalConnector
+
+    assert _SignalConnector._valid_signals() == Theirs._valid_signals()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        assert _SignalConnector._has_already_handler(signum) == Theirs._has_already_handler(signum)

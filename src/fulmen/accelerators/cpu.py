@@ -8,6 +8,7 @@ import torch
 
 from fulmen.accelerators.accelerator import Accelerator, _as_count, _Name
 from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
+from fulmen.utilities.imports import _PSUTIL_AVAILABLE as _PSUTIL_AVAILABLE
 
 
 class CPUAccelerator(Accelerator):

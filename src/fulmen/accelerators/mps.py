@@ -10,6 +10,7 @@ import torch
 from fulmen.accelerators.accelerator import Accelerator, _Name
 from fulmen.accelerators.cpu import host_stats
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _PSUTIL_AVAILABLE as _PSUTIL_AVAILABLE
 
 
 class MPSAccelerator(Accelerator):

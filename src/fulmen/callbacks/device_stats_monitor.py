@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from fulmen.accelerators import get_cpu_stats
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _PSUTIL_AVAILABLE as _PSUTIL_AVAILABLE
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule

@@ -19,6 +19,7 @@ from torch.optim import Optimizer
 
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _TORCHVISION_AVAILABLE as _TORCHVISION_AVAILABLE
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:

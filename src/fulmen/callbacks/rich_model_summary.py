@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.model_summary import ModelSummary
+from fulmen.utilities.imports import _RICH_AVAILABLE as _RICH_AVAILABLE
 from fulmen.utilities.imports import require
 from fulmen.utilities.model_summary import get_formatted_model_size, get_human_readable_count, summarize
 from fulmen.utilities.rank_zero import rank_zero_only

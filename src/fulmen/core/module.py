@@ -20,6 +20,9 @@ from fulmen.utilities.apply_func import apply_to_collection
 from fulmen.utilities.clipping import check_clip_algorithm, check_clip_val
 from fulmen.utilities.compile import unwrap_compiled as unwrap_compiled  # where the trainer and tuner find it
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _ONNX_AVAILABLE as _ONNX_AVAILABLE
+from fulmen.utilities.imports import _ONNXSCRIPT_AVAILABLE as _ONNXSCRIPT_AVAILABLE
+from fulmen.utilities.imports import _TORCH_TRT_AVAILABLE as _TORCH_TRT_AVAILABLE
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from fulmen.utilities import checkpoint_io, distributed_checkpoint
+from fulmen.utilities.imports import _OMEGACONF_AVAILABLE as _OMEGACONF_AVAILABLE
 from fulmen.utilities.migration import pl_legacy_patch
 from fulmen.utilities.migration.utils import _pl_migrate_checkpoint
 from fulmen.utilities.rank_zero import rank_zero_warn

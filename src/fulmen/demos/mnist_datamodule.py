@@ -23,6 +23,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, random_split
 
 from fulmen.core.datamodule import LightningDataModule
+from fulmen.utilities.imports import _TORCHVISION_AVAILABLE as _TORCHVISION_AVAILABLE
 
 _FILES = {
     True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),

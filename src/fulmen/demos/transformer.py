@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from fulmen.core.module import LightningModule
+from fulmen.utilities.imports import _REQUESTS_AVAILABLE as _REQUESTS_AVAILABLE
 
 
 class PositionalEncoding(nn.Module):

@@ -7,8 +7,12 @@ from argparse import Namespace
 from typing import Any
 
 from fulmen.loggers.logger import Logger, rank_zero_experiment
-from fulmen.utilities.imports import require
+from fulmen.utilities.imports import RequirementCache, require
 from fulmen.utilities.rank_zero import rank_zero_only
+
+# whether the logger's package is installed, where programs and test suites written for Lightning look
+# (evaluated when read, so importing this module imports no package)
+_COMET_AVAILABLE = RequirementCache("comet-ml>=3.44.4", module="comet_ml")
 
 
 class CometLogger(Logger):

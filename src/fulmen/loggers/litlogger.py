@@ -17,7 +17,12 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from fulmen.loggers.logger import Logger
+from fulmen.utilities.imports import RequirementCache
 from fulmen.utilities.rank_zero import rank_zero_only
+
+# whether the logger's package is installed, where programs and test suites written for Lightning look
+# (evaluated when read, so importing this module imports no package)
+_LITLOGGER_AVAILABLE = RequirementCache("litlogger>=0.1.0")
 
 _INSTEAD = "CSVLogger, TensorBoardLogger, MLFlowLogger or WandbLogger (offline mode included)"
 

@@ -18,8 +18,13 @@ from fulmen.loggers.logger import (
     rank_zero_experiment,
     scan_checkpoints,
 )
-from fulmen.utilities.imports import require
+from fulmen.utilities.imports import RequirementCache, require
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
+
+# whether the logger's package is installed, where programs and test suites written for Lightning look
+# (evaluated when read, so importing this module imports no package)
+_MLFLOW_AVAILABLE = RequirementCache("mlflow>=1.0.0", "mlflow")
+_MLFLOW_SYNCHRONOUS_AVAILABLE = RequirementCache("mlflow>=2.8.0", "mlflow")
 
 _FILE_PREFIX = "file:"
 _STATUS = {"success": "FINISHED", "finished": "FINISHED", "failed": "FAILED"}

@@ -26,6 +26,8 @@ from fulmen.loggers.logger import (
 )
 from fulmen.utilities import cloud_io
 from fulmen.utilities.apply_func import move_data_to_device
+from fulmen.utilities.imports import _OMEGACONF_AVAILABLE as _OMEGACONF_AVAILABLE
+from fulmen.utilities.imports import _TENSORBOARD_AVAILABLE as _TENSORBOARD_AVAILABLE
 from fulmen.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 

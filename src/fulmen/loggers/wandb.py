@@ -16,8 +16,12 @@ from fulmen.loggers.logger import (
     scan_checkpoints,
 )
 from fulmen.utilities.exceptions import MisconfigurationException
-from fulmen.utilities.imports import require
+from fulmen.utilities.imports import RequirementCache, require
 from fulmen.utilities.rank_zero import rank_zero_only, rank_zero_warn
+
+# whether the logger's package is installed, where programs and test suites written for Lightning look
+# (evaluated when read, so importing this module imports no package)
+_WANDB_AVAILABLE = RequirementCache("wandb>=0.12.10")
 
 
 class WandbLogger(CheckpointUploads, Logger):

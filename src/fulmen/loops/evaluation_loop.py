@@ -2,6 +2,7 @@
 inside fit too) are :class:`fulmen.loops.evaluation.EvaluationLoop`."""
 
 from fulmen.loops.evaluation import EvaluationLoop
+from fulmen.utilities.imports import _RICH_AVAILABLE as _RICH_AVAILABLE
 
 __all__ = ["EvaluationLoop", "RestartStage"]
 

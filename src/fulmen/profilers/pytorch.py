@@ -16,11 +16,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.profiler import ProfilerAction, record_function
+from torch.profiler import ProfilerAction, kineto_available, record_function
 
 from fulmen.profilers.profiler import Profiler
 from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
+
+_KINETO_AVAILABLE = kineto_available()  # whether torch was built with its CPU/CUDA activity tracer
 
 
 class RegisterRecordFunction:

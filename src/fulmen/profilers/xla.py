@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fulmen.plugins._unavailable import refuse, require_package
 from fulmen.profilers.profiler import Profiler
+from fulmen.utilities.imports import _XLA_AVAILABLE as _XLA_AVAILABLE
 
 _INSTEAD = (
     "fulmen trains on CPUs and GPUs, not on XLA (TPU) devices: profile with Trainer(profiler='pytorch') "

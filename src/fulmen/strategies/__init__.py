@@ -5,6 +5,7 @@ from fulmen.strategies.factory import select_strategy
 from fulmen.strategies.fsdp import FSDPStrategy
 from fulmen.strategies.model_parallel import ModelParallelStrategy
 from fulmen.strategies.parallel import ParallelStrategy
+from fulmen.strategies.registry import StrategyRegistry
 from fulmen.strategies.single_device import SingleDeviceStrategy
 from fulmen.strategies.single_xla import SingleDeviceXLAStrategy
 from fulmen.strategies.strategy import Strategy
@@ -12,8 +13,8 @@ from fulmen.strategies.xla import XLAStrategy
 
 __all__ = [
     "DDPSpawnStrategy", "DDPStrategy", "DeepSpeedStrategy", "FSDPStrategy", "ModelParallelStrategy",
-    "ParallelStrategy", "SingleDeviceStrategy", "SingleDeviceXLAStrategy", "Strategy", "XLAStrategy",
-    "select_strategy",
+    "ParallelStrategy", "SingleDeviceStrategy", "SingleDeviceXLAStrategy", "Strategy", "StrategyRegistry",
+    "XLAStrategy", "select_strategy",
 ]  # fmt: skip
 
 from fulmen.utilities.imports import lazy_exports as _lazy_exports

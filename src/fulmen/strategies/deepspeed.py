@@ -21,6 +21,7 @@ import torch
 from fulmen.accelerators import MissingPackageError
 from fulmen.strategies.ddp import DDPStrategy
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _DEEPSPEED_AVAILABLE as _DEEPSPEED_AVAILABLE
 
 if TYPE_CHECKING:
     from fulmen.accelerators import Accelerator

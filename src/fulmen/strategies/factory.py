@@ -14,6 +14,7 @@ from fulmen.strategies.ddp_spawn import DDPSpawnStrategy
 from fulmen.strategies.deepspeed import DeepSpeedStrategy
 from fulmen.strategies.environment import detect as detect_cluster
 from fulmen.strategies.fsdp import FSDPStrategy
+from fulmen.strategies.registry import StrategyRegistry
 from fulmen.strategies.single_device import SingleDeviceStrategy
 from fulmen.strategies.single_xla import SingleDeviceXLAStrategy
 from fulmen.strategies.strategy import Strategy
@@ -96,11 +97,24 @@ def _cluster_environment(environment: Any) -> Any:
     return found
 
 
+_FACTORY_NAMES = frozenset({*FSDP_NAMES, "deepspeed", "xla", "single_xla", "single_device"})
+
+
+def _built_from_registry(name: str) -> bool:
+    """Names a user registered (or replaced), and built-in names the factory has no recipe of its own for
+    (``"deepspeed_stage_3"``, ``"xla_debug"`` ...); the factory builds the others from the flags."""
+    if StrategyRegistry.is_user_entry(name):
+        return True
+    return name in StrategyRegistry and name not in _FACTORY_NAMES and _ddp_kind(name) is None
+
+
 def _select(
     strategy: Any, accelerator: Accelerator, devices: list[torch.device], num_nodes: int, precision: Precision,
     cluster: Any, environment: Any,
 ) -> Strategy:  # fmt: skip
     device = devices[0]
+    if isinstance(strategy, str) and _built_from_registry(strategy):
+        strategy = StrategyRegistry.get(strategy)
     if isinstance(strategy, Strategy):
         strategy.accelerator = strategy.accelerator or accelerator
         if type(strategy.precision_plugin) is Precision:  # left at the default: use the Trainer's
@@ -127,8 +141,8 @@ def _select(
         raise InvalidValueError(
             f"strategy={strategy!r} is not supported. Use 'auto', 'single_device', 'ddp', 'ddp_spawn', "
             "'ddp_fork', 'ddp_notebook' (each DDP name also with '_find_unused_parameters_true'), 'fsdp', "
-            "'fsdp_cpu_offload', or a Strategy instance such as DDPStrategy(...), FSDPStrategy(...) or "
-            "ModelParallelStrategy(...)."
+            "'fsdp_cpu_offload', a name registered with StrategyRegistry.register(...), or a Strategy instance "
+            "such as DDPStrategy(...), FSDPStrategy(...) or ModelParallelStrategy(...)."
         )
     processes = len(devices) * num_nodes
     launched = cluster is not None and cluster.world_size > 1

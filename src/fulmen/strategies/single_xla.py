@@ -11,6 +11,7 @@ from torch.optim import Optimizer
 
 from fulmen.accelerators.xla import require_xla
 from fulmen.strategies.single_device import SingleDeviceStrategy
+from fulmen.utilities.imports import _XLA_AVAILABLE as _XLA_AVAILABLE
 
 if TYPE_CHECKING:
     from fulmen.accelerators import Accelerator

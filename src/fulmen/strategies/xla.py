@@ -15,6 +15,7 @@ from fulmen.accelerators.xla import require_xla
 from fulmen.strategies.ddp import DDPStrategy
 from fulmen.strategies.launchers.xla import _XLALauncher
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _XLA_AVAILABLE as _XLA_AVAILABLE
 
 if TYPE_CHECKING:
     from fulmen.accelerators import Accelerator

@@ -15,6 +15,7 @@ import torch
 from fulmen.callbacks.callback import Callback
 from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _MATPLOTLIB_AVAILABLE as _MATPLOTLIB_AVAILABLE
 from fulmen.utilities.rank_zero import rank_zero_error, rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from fulmen.utilities.imports import _DEEPSPEED_AVAILABLE as _DEEPSPEED_AVAILABLE
 from fulmen.utilities.imports import package_available
 
 _PATH = str | os.PathLike[str]

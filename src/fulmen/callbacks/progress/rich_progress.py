@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.progress.progress_bar import RefreshingBar
+from fulmen.utilities.imports import _RICH_AVAILABLE as _RICH_AVAILABLE
 from fulmen.utilities.imports import require
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ import torch
 
 from fulmen.plugins._unavailable import XLA_INSTEAD, refuse, require_package
 from fulmen.precision import Precision
+from fulmen.utilities.imports import _XLA_AVAILABLE as _XLA_AVAILABLE
 
 _SUPPORTED = ("32-true", "16-true", "bf16-true")
 

@@ -16,6 +16,7 @@ from typing import Any
 from fulmen.strategies.environment import LAUNCHER_VARIABLE, detect
 from fulmen.strategies.launchers.launcher import _Launcher
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _HYDRA_AVAILABLE as _HYDRA_AVAILABLE
 
 
 def _script_command() -> list[str]:

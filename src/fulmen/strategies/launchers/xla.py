@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fulmen.accelerators.xla import require_xla
 from fulmen.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _XLA_AVAILABLE as _XLA_AVAILABLE
 
 if TYPE_CHECKING:
     from fulmen.strategies.xla import XLAStrategy

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _RICH_AVAILABLE as _RICH_AVAILABLE
 from fulmen.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:

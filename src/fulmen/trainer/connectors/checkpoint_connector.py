@@ -8,6 +8,7 @@ from fulmen.trainer.checkpointing import (
     restore_training_state,
     save_checkpoint,
 )
+from fulmen.utilities.imports import _OMEGACONF_AVAILABLE as _OMEGACONF_AVAILABLE
 
 __all__ = [
     "dump_checkpoint",

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from fulmen.runtime.metrics import MetricsHub
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _TENSORBOARD_AVAILABLE as _TENSORBOARD_AVAILABLE
+from fulmen.utilities.imports import _TENSORBOARDX_AVAILABLE as _TENSORBOARDX_AVAILABLE
 from fulmen.utilities.model_helpers import is_mock
 
 if TYPE_CHECKING:
