@@ -524,9 +524,15 @@ class LightningCLI:
                 f"(sys.argv[1:]={sys.argv[1:]}): only args is parsed."
             )
         if isinstance(args, dict | Namespace):
-            self.config = parser.parse_object(args)
+            config = parser.parse_object(args)
         else:
-            self.config = parser.parse_args(args)
+            config = parser.parse_args(args)
+        # cli.config is what the saved config.yaml holds (programs compare the two): no fulmen-only trainer
+        # arguments left at their defaults, which the Trainer then takes as defaults anyway
+        subcommand = config.get("subcommand")
+        if subcommand and isinstance(config.get(subcommand), Namespace):
+            config[subcommand] = _without_default_fulmen_args(config[subcommand])
+        self.config = _without_default_fulmen_args(config)
         self._parse_ckpt_path(parser)
 
     def _parse_ckpt_path(self, parser: LightningArgumentParser) -> None:

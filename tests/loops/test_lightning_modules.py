@@ -388,3 +388,20 @@ def test_manual_optimization_outputs_are_lightnings():
     theirs, ours = _manual_outputs("lightning.pytorch"), _manual_outputs("fulmen")
     assert ours == theirs
     assert ours[0][0] == {"loss": False, "out": True}  # only the loss is detached
+
+
+@oracle.parity
+def test_lightnings_private_loop_names_are_fulmens_loops():
+    """``from lightning.pytorch.loops import _EvaluationLoop`` (test suites patch and check against these)."""
+    theirs = importlib.import_module("lightning.pytorch.loops")
+    import fulmen.loops
+    from fulmen.loops.evaluation import EvaluationLoop, PredictionLoop
+    from fulmen.loops.fit import FitLoop
+    from fulmen.loops.training_epoch import TrainingEpochLoop
+
+    ours = {"_EvaluationLoop": EvaluationLoop, "_FitLoop": FitLoop, "_PredictionLoop": PredictionLoop,
+            "_TrainingEpochLoop": TrainingEpochLoop}  # fmt: skip
+    for name, loop in ours.items():
+        assert hasattr(theirs, name)
+        assert getattr(fulmen.loops, name) is loop
+    assert not hasattr(fulmen.loops, "_Loop")  # fulmen's loops share no base class to subclass

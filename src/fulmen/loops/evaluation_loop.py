@@ -6,6 +6,9 @@ from fulmen.utilities.imports import _RICH_AVAILABLE as _RICH_AVAILABLE
 
 __all__ = ["EvaluationLoop", "RestartStage"]
 
+# Lightning's name for this loop (its test suites and some programs import or patch it)
+_EvaluationLoop = EvaluationLoop
+
 
 class RestartStage:
     """Whether a restored evaluation run restarts in the middle, as plain strings (what code that reads a

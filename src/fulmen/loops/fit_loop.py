@@ -6,6 +6,9 @@ from fulmen.runtime.state import LoopPhase
 
 __all__ = ["FitLoop", "LoopPhase", "RestartStage"]
 
+# Lightning's name for this loop (its test suites and some programs import or patch it)
+_FitLoop = FitLoop
+
 
 class RestartStage:
     """Where in an epoch a restored fit loop restarts, as plain strings (what code that reads a Lightning fit

@@ -5,6 +5,9 @@ from fulmen.loops.training_epoch import TrainingEpochLoop
 
 __all__ = ["RestartStage", "TrainingEpochLoop"]
 
+# Lightning's name for this loop (its test suites and some programs import or patch it)
+_TrainingEpochLoop = TrainingEpochLoop
+
 
 class RestartStage:
     """Where a restored training epoch restarts, as plain strings (what code that reads a Lightning epoch
