@@ -22,6 +22,9 @@ def main(out: str) -> None:
     methods = ("world_size", "global_rank", "local_rank", "node_rank")
     answers = {"ours": [getattr(ours, m)() for m in methods] + [ours.main_address, ours.detect()],
                "theirs": [getattr(theirs, m)() for m in methods] + [theirs.main_address, Theirs.detect()]}  # fmt: skip
+    # without the plugin, the MPI job is detected (as Lightning does): the same layout
+    detected = fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)
+    answers["detected"] = [detected.world_size, detected.global_rank, detected.local_rank, detected.node_rank]
     trainer = fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", plugins=[ours], max_steps=2,
                              limit_val_batches=0, logger=False, enable_progress_bar=False,
                              enable_model_summary=False, enable_checkpointing=False)  # fmt: skip

@@ -281,6 +281,7 @@ def test_a_ddp_fit_under_mpiexec(tmp_path):
     for rank in (0, 1):
         answers = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert answers["ours"] == answers["theirs"] and answers["ours"][:2] == [2, rank]
+        assert answers["detected"] == answers["ours"][:4]
         assert answers["fit"] == {"world": 2, "rank": rank, "step": 2, "same_weights": True}
 
 
@@ -315,3 +316,14 @@ def test_a_fabric_environment_whose_launcher_did_not_start_the_process(clean_env
 
     with pytest.raises(KeyError, match=r"plugins=\[TorchElasticEnvironment\(\)\]\): reading the ranks failed \('LOCAL_RANK'\)"):
         fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", plugins=[FabricElastic()], logger=False)
+
+
+@oracle.parity
+def test_an_lsf_job_is_detected_without_the_plugin_as_in_lightning(clean_env, tmp_path):
+    lightning = oracle.lightning()
+    _lsf_job(clean_env, tmp_path, rank=3, local_rank=1, with_port=True)
+    theirs = lightning.Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", logger=False)
+    assert type(theirs.strategy.cluster_environment).__name__ == "LSFEnvironment"
+    ours = fulmen.Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", logger=False)
+    assert (ours.world_size, ours.global_rank, ours.local_rank, ours.node_rank) == (4, 3, 1, 1)
+    assert (theirs.world_size, theirs.global_rank, theirs.local_rank, theirs.node_rank) == (4, 3, 1, 1)

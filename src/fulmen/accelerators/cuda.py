@@ -45,7 +45,7 @@ class CUDAAccelerator(Accelerator):
             raise InvalidTypeError(f"devices={devices!r} must be an int, a list of ints or a string such as '0,1'.")
         if devices in (0, "0") or (isinstance(devices, (list, tuple)) and len(devices) == 0):
             return None
-        available = torch.cuda.device_count()
+        available = num_cuda_devices()
         count = _as_count(devices)
         if count == -1:
             return list(range(available))
@@ -72,11 +72,11 @@ class CUDAAccelerator(Accelerator):
 
     @staticmethod
     def auto_device_count() -> int:
-        return torch.cuda.device_count()
+        return num_cuda_devices()
 
     @staticmethod
     def is_available() -> bool:
-        return torch.cuda.device_count() > 0
+        return num_cuda_devices() > 0
 
 
 def _release_cached_memory() -> None:
@@ -139,6 +139,13 @@ def _physical_gpu_id(index: int) -> str:
     return visible.split(",")[index].strip()
 
 
+def num_cuda_devices() -> int:
+    """The CUDA devices torch sees (after ``CUDA_VISIBLE_DEVICES``), counted without initialising CUDA. Every
+    count in this module goes through it, so a test can stand in a machine's GPUs by replacing it (as test
+    suites written for Lightning do with ``monkeypatch.setattr(cuda_module, "num_cuda_devices", ...)``)."""
+    return torch.cuda.device_count()
+
+
 def find_usable_cuda_devices(num_devices: int = -1) -> list[int]:
     """Indices of ``num_devices`` GPUs that accept a tensor now (-1: all that do), for
     ``Trainer(devices=find_usable_cuda_devices(2))`` on machines whose GPUs other jobs may occupy (a GPU in
@@ -150,7 +157,7 @@ def find_usable_cuda_devices(num_devices: int = -1) -> list[int]:
     """
     if num_devices == 0:
         return []
-    visible = list(range(torch.cuda.device_count()))
+    visible = list(range(num_cuda_devices()))
     if not visible:
         raise ValueError(
             f"find_usable_cuda_devices({num_devices}): this machine has no visible CUDA device (check the driver "

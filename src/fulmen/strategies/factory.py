@@ -6,6 +6,7 @@ The answer depends on ``strategy=`` (a name or an instance), the devices and nod
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from fulmen.precision import Precision, select_precision
@@ -65,6 +66,8 @@ def select_strategy(
                 "Pass it in one place."
             )
         environment = strategy.cluster_plugin  # a strategy's own cluster_environment=
+    if environment is None and detect_cluster() is None:
+        environment = _job_environment()
     if environment is not None:
         environment = _cluster_environment(environment)
         environment.expect_processes(len(devices), num_nodes)
@@ -81,6 +84,27 @@ def select_strategy(
     if sync_batchnorm and not chosen.is_distributed:
         rank_zero_warn("Trainer(sync_batchnorm=True) has no effect with one process (it syncs across DDP ranks).")
     return chosen
+
+
+# variables an MPI launcher sets in the processes it starts (MPICH / Intel MPI's hydra, Open MPI, PMIx)
+_MPI_LAUNCH_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
+
+
+def _job_environment() -> Any:
+    """The environment of an LSF job (``jsrun``) or of processes ``mpirun`` started, which name no torchrun or
+    SLURM variables; ``None`` otherwise. MPI is asked only when an MPI launcher's variables are set: importing
+    ``mpi4py.MPI`` initialises MPI, which an ordinary process should not pay for (Lightning asks in every one)."""
+    lsf = "LSB_JOBID" in os.environ
+    mpi = any(key in os.environ for key in _MPI_LAUNCH_VARIABLES)
+    if not (lsf or mpi):
+        return None
+    from fulmen.plugins.environments import LSFEnvironment, MPIEnvironment
+
+    if lsf and LSFEnvironment.detect():
+        return LSFEnvironment()
+    if mpi and MPIEnvironment.detect():
+        return MPIEnvironment()
+    return None
 
 
 def _cluster_environment(environment: Any) -> Any:
