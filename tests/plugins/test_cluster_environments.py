@@ -4,6 +4,8 @@ Lightning's interface) are taken in plugins= and in a strategy's cluster_environ
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import socket
 
@@ -31,6 +33,16 @@ _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GR
 def clean_env(monkeypatch):
     for key in [k for k in os.environ if k.startswith("SLURM_")] + list(_LAUNCH_VARIABLES):
         monkeypatch.delenv(key, raising=False)
+    # a Trainer made in a simulated job (rank 3 of 4) sets the rank the rank-zero helpers read, Lightning's
+    # included: put them back afterwards, or later tests' rank-zero warnings go silent
+    from fulmen.utilities.rank_zero import rank_zero_only
+
+    helpers = [rank_zero_only]
+    for module in ("lightning.fabric.utilities.rank_zero", "lightning_utilities.core.rank_zero"):
+        with contextlib.suppress(ImportError):  # the oracle's, where installed
+            helpers.append(importlib.import_module(module).rank_zero_only)
+    for helper in helpers:
+        monkeypatch.setattr(helper, "rank", getattr(helper, "rank", 0), raising=False)
     return monkeypatch
 
 

@@ -226,3 +226,49 @@ def test_materialising_initialises_a_meta_model_and_refuses_a_half_real_one():
     half = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2, device="meta"))
     with pytest.raises(MisconfigurationException, match="partly on the meta device"):
         _materialise(half, torch.device("cpu"))
+
+
+
+LAYER_SYNC_SCRIPT = """
+import fulmen
+from fulmen.demos.boring_classes import BoringModel
+from fulmen.plugins.layer_sync import LayerSync
+
+seen = []
+
+
+class Recording(LayerSync):
+    def apply(self, model):
+        seen.append(("apply", any(type(p).__name__ == "DTensor" for p in model.parameters())))
+        return model
+
+    def revert(self, model):
+        return model
+
+
+if __name__ == "__main__":
+    trainer = fulmen.Trainer(accelerator="cpu", devices=1, strategy="fsdp", plugins=[Recording()], max_steps=1,
+                             logger=False, enable_progress_bar=False, enable_model_summary=False,
+                             enable_checkpointing=False)
+    trainer.fit(BoringModel())
+    print(type(trainer.strategy).__name__, seen)
+"""
+
+
+def test_a_layer_sync_plugin_is_applied_before_sharding(tmp_path):
+    """``sync_batchnorm`` / ``plugins=[LayerSync]`` under FSDP, as under DDP: the layers are swapped before the
+    module is sharded (SyncBatchNorm itself runs on GPUs only; a recording plugin shows the call on a CPU). A
+    script: the one FSDP process is started as a user starts it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "train.py"
+    script.write_text(LAYER_SYNC_SCRIPT)
+    launch = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if k not in launch and not k.startswith("SLURM_")}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "FSDPStrategy [('apply', False)]"  # once, before sharding

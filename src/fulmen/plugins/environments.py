@@ -514,7 +514,7 @@ class MPIEnvironment(ClusterEnvironment):
         return MPI.COMM_WORLD
 
     @cached_property
-    def _node(self) -> tuple[int, MPI.Intracomm]:
+    def _node(self) -> tuple[int, MPI.Comm]:
         """This host's index among all hosts (sorted), and the communicator of its processes."""
         host = socket.gethostname()
         hosts = sorted(set(self._comm_world.allgather(host)))
