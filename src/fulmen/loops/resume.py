@@ -72,7 +72,17 @@ def resume_state(fit: FitLoop) -> dict[str, Any]:
         "scheduler_steps": [progress.scheduler_steps.total, progress.scheduler_steps.epoch], "window": window,
         "rng": capture_rng(), "epoch_start_rng": fit.epoch_start_rng if phase in _MID_EPOCH else None,
         "grads": grads, "callback_metrics": metrics, "data": data_layout(fit.train_dataloader),
+        "epoch_results": _epoch_results(fit) if phase in _MID_EPOCH else None,
     }  # fmt: skip
+
+
+def _epoch_results(fit: FitLoop) -> dict[str, Any] | None:
+    """The epoch aggregates of ``self.log(..., on_epoch=True)`` so far, so that the resumed epoch's values are
+    the uninterrupted run's. One process only: with several, each holds its own partial aggregates, which the
+    file written by rank 0 cannot hold (their epoch values then cover the batches after the resume)."""
+    if fit.context.strategy.world_size != 1:
+        return None
+    return {"world_size": 1, "items": fit.results.state_dict()}
 
 
 def data_layout(loader: Any) -> dict[str, Any] | None:
@@ -209,6 +219,13 @@ def _restore_point(fit: FitLoop, state: dict[str, Any]) -> None:
     context.stop.agreed = True  # every rank loaded the same checkpoint
 
 
+def _load_epoch_results(fit: FitLoop, saved: dict[str, Any] | None) -> None:
+    context = fit.context
+    if saved is None or context.strategy.world_size != int(saved.get("world_size", 1)):
+        return  # written by several processes, or resumed on several: the epoch's values restart here
+    fit.results.load_state_dict(saved["items"], context.strategy.root_device, context.module)
+
+
 def _load_window(fit: FitLoop, state: list[Any] | None, batch_idx: int) -> None:
     if state is None:  # a Lightning checkpoint: windows of accumulate_grad_batches from the epoch start
         size = fit.context.accumulate_grad_batches
@@ -233,6 +250,7 @@ def finish_interrupted_epoch(fit: FitLoop, state: dict[str, Any]) -> None:
             )
         batches = fit.make_iterator(skip=batch_idx, epoch_rng=state.get("epoch_start_rng"), loader=loader)
         _restore_point(fit, state)
+        _load_epoch_results(fit, state.get("epoch_results"))
         epoch_loop = fit.epoch_loop
         epoch_loop.reset_epoch()
         epoch_loop.is_last_batch = bool(state.get("is_last_batch", False))

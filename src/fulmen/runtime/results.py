@@ -8,7 +8,7 @@ number: that happens only when a logger writes (every ``log_every_n_steps``) or 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -202,6 +202,62 @@ class ResultMetric:
         if sync is not None or not self.meta.sync_dist:
             self._computed = value
         return value
+
+
+    # -- what a checkpoint keeps of an epoch in progress ---------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The running epoch aggregate as plain data (tensors on the CPU); a torchmetrics ``Metric``'s
+        accumulated states too, found again on resume through ``meta.metric_attribute``."""
+        meta = {k: v for k, v in asdict(self.meta).items() if k != "sync_dist_group"}  # a group is no data
+        state: dict[str, Any] = {"meta": meta, "updated": self.updated, "epoch_acc": _cpu(self.epoch_acc),
+                                 "count": _cpu(self.count), "metric": None}  # fmt: skip
+        metric = self.metric
+        if metric is not None and not self.metric_released and self.meta.metric_attribute is not None:
+            states = getattr(metric, "metric_state", None)
+            if isinstance(states, dict):
+                state["metric"] = {"states": {k: _cpu(v) for k, v in states.items()},
+                                   "updates": int(getattr(metric, "update_count", 0))}  # fmt: skip
+        return state
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any], device: torch.device, module: Any) -> ResultMetric:
+        result = cls(LogMeta(**state["meta"], sync_dist_group=None))
+        result.updated = bool(state["updated"])
+        acc, count = state["epoch_acc"], state["count"]
+        result.epoch_acc = acc.to(device) if isinstance(acc, torch.Tensor) else acc
+        result.count = count.to(device) if isinstance(count, torch.Tensor) else count
+        saved = state.get("metric")
+        metric = _find_attribute(module, result.meta.metric_attribute) if saved is not None else None
+        if saved is not None and metric is not None:
+            for name, value in saved["states"].items():
+                setattr(metric, name, _to(value, device))
+            metric._update_count = saved["updates"]  # torchmetrics' own counter: compute() reads it
+            metric._computed = None
+            result.metric = metric
+        return result
+
+
+def _cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, list):
+        return [_cpu(v) for v in value]
+    return value
+
+
+def _to(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, list):
+        return [_to(v, device) for v in value]
+    return value
+
+
+def _find_attribute(module: Any, path: str | None) -> Any:
+    found = module
+    for part in (path or "").split("."):
+        found = getattr(found, part, None) if part else None
+    return found
 
 
 _Sync = Callable[[torch.Tensor, str], torch.Tensor]
@@ -407,6 +463,16 @@ class ResultCollection:
                     result.compute(self.sync)  # kept for later reads of callback_metrics
                 result.metric.reset()
                 result.metric_released = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch aggregates logged so far (``on_epoch`` keys), for a checkpoint written mid-epoch."""
+        return {key: result.state_dict() for key, result in self.items.items() if result.meta.on_epoch}
+
+    def load_state_dict(self, state: dict[str, Any], device: torch.device, module: Any) -> None:
+        """Continue an epoch from :meth:`state_dict`: the aggregates replace what this run logged so far."""
+        self.reset()
+        for key, saved in state.items():
+            self.items[key] = ResultMetric.from_state_dict(saved, device, module)
 
     def reset(self) -> None:
         for result in self.items.values():
