@@ -62,6 +62,15 @@ def test_a_mid_epoch_start_skips_without_loading_and_keeps_the_shuffled_order():
     assert skipped.isdisjoint(data.loaded)  # the skipped samples were never read
 
 
+def test_an_iterable_that_cannot_skip_replays_the_batches_and_says_so(caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="fulmen"):
+        batches = _drain(PrefetchIterator(DataLoader(Stream(), batch_size=2), float("inf"), skip=1))
+    assert batches == [([2, 3], False), ([4], True)]
+    assert "replaying 1 batch of this epoch already trained on (loaded and dropped" in caplog.text
+
+
 def test_a_start_past_the_end_is_done_at_once():
     iterator = PrefetchIterator(DataLoader(Counting(4), batch_size=2), float("inf"), skip=2)
     assert iterator.done and _drain(iterator) == []

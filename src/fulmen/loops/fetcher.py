@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from fulmen.utilities.data import has_len, is_iterable_dataset
+from fulmen.utilities.rank_zero import rank_zero_info
 
 _DONE = object()
 
@@ -112,6 +113,11 @@ class PrefetchIterator:
             prime()
             return iterator
         # not rebuildable (iterable dataset, custom DataLoader subclass): load and drop the skipped batches
+        rank_zero_info(
+            f"Resuming mid-epoch: replaying {skip} batch{'es' if skip != 1 else ''} of this epoch already trained "
+            f"on (loaded and dropped: this {type(iterable).__name__} cannot start at a later batch without loading "
+            "the earlier ones)."
+        )
         iterator = self._iter_of(iterable)
         for _ in range(skip):
             if next(iterator, _DONE) is _DONE:
