@@ -23,6 +23,7 @@ from torch import Tensor
 from fulmen.accelerators import Accelerator, accelerator_name
 from fulmen.precision import Precision
 from fulmen.strategies.environment import ClusterLayout, detect
+from fulmen.strategies.launchers.launcher import FOLLOWS_ANOTHER_RANK
 from fulmen.strategies.launchers.subprocess_script import (
     REPORTED,
     _SubprocessScriptLauncher,
@@ -268,7 +269,7 @@ class ParallelStrategy(Strategy):
                 "strategy='ddp_find_unused_parameters_true' or DDPStrategy(find_unused_parameters=True)."
             )
         elif isinstance(exception, dist.DistBackendError) or "Connection closed by peer" in str(exception):
-            hint = "another rank of this job probably ended first: look for its error (or the launcher's report)."
+            hint = f"{FOLLOWS_ANOTHER_RANK}: look for its error (or the launcher's report)."
         else:
             hint = ""
         print(f"fulmen: {where} failed with {type(exception).__name__}: {exception}" + (f"\n  {hint}" if hint else ""),

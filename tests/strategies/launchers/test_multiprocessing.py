@@ -51,3 +51,26 @@ def test_a_killed_rank_is_torchs_process_exited_exception(tmp_path: Any) -> None
     with pytest.raises(ProcessExitedException, match="rank 1 was killed by SIGKILL") as info:
         _fit(_DiesOnRankOne(), tmp_path)
     assert isinstance(info.value, RuntimeError) and info.value.signal_name == "SIGKILL"
+
+
+def test_the_rank_that_failed_first_is_named_when_torch_finds_a_follower_first(tmp_path: Any) -> None:
+    """torch reports the first process it sees ended; when that one only failed because another rank had gone
+    (fulmen's note on its error), the launcher names the other rank's own error instead."""
+    import pickle
+    from types import SimpleNamespace
+
+    from torch.multiprocessing import ProcessRaisedException
+
+    from fulmen.strategies.launchers.launcher import FOLLOWS_ANOTHER_RANK
+    from fulmen.strategies.launchers.multiprocessing import _first_failure
+
+    files = [tmp_path / "rank0.pickle", tmp_path / "rank1.pickle"]
+    files[0].write_bytes(pickle.dumps(f"Traceback ...\nRuntimeError: Connection closed by peer\n({FOLLOWS_ANOTHER_RANK})"))
+    files[1].write_bytes(pickle.dumps("Traceback ...\nValueError: only rank 1 hits this\n"))
+    context = SimpleNamespace(error_files=[str(f) for f in files],
+                              processes=[SimpleNamespace(pid=100), SimpleNamespace(pid=101)])  # fmt: skip
+    follower = ProcessRaisedException(f"-- Process 0 ...\nRuntimeError: closed ({FOLLOWS_ANOTHER_RANK})", 0, 100)
+    index, pid, text = _first_failure(context, follower)
+    assert (index, pid) == (1, 101) and "ValueError: only rank 1 hits this" in text
+    own = ProcessRaisedException("-- Process 0 ...\nValueError: rank 0's own error", 0, 100)
+    assert _first_failure(context, own)[:2] == (0, 100)  # a rank's own error is kept

@@ -6,6 +6,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+# the note a rank's error gets when it failed only because another rank had ended first (the connection closed):
+# launchers then look for that other rank's own error
+FOLLOWS_ANOTHER_RANK = "another rank of this job probably ended first"
+
 
 class _Launcher(ABC):
     """Starts the processes of a run and calls the stage's function in them (or in this one)."""

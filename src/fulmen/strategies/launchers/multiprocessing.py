@@ -22,7 +22,7 @@ import torch
 import torch.multiprocessing as mp
 
 from fulmen.strategies.environment import LAUNCHER_VARIABLE
-from fulmen.strategies.launchers.launcher import _Launcher
+from fulmen.strategies.launchers.launcher import FOLLOWS_ANOTHER_RANK, _Launcher
 from fulmen.strategies.launchers.subprocess_script import free_port
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 
@@ -98,16 +98,17 @@ class _MultiProcessingLauncher(_Launcher):
                 while not context.join():
                     pass
             except mp.ProcessRaisedException as err:
+                index, pid, text = _first_failure(context, err)
                 # torch's message ends with the worker's traceback, whose "Type: message" line names the error
                 # (notes such as the rank it was raised on may follow it)
-                lines = [line.strip() for line in str(err).splitlines()]
+                lines = [line.strip() for line in text.splitlines()]
                 named = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", line)]
                 cause = named[-1] if named else "an error"
                 raise _RankRaised(
-                    f"strategy={name!r}: the process of rank {err.error_index} failed with {cause} (its traceback "
-                    f"is below).\n{err}",
-                    err.error_index,
-                    err.error_pid,
+                    f"strategy={name!r}: the process of rank {index} failed with {cause} (its traceback "
+                    f"is below).\n{text}",
+                    index,
+                    pid,
                 ) from err
             except mp.ProcessExitedException as err:
                 how = f"was killed by {err.signal_name}" if err.signal_name else f"exited with code {err.exit_code}"
@@ -130,6 +131,25 @@ class _MultiProcessingLauncher(_Launcher):
         for proc in self.procs:
             if proc.is_alive() and proc.pid is not None:
                 os.kill(proc.pid, signal.Signals(signum))
+
+
+def _first_failure(context: Any, err: mp.ProcessRaisedException) -> tuple[int, int, str]:
+    """The rank whose error ended the job: torch reports the first process it found ended, which may be one
+    that only failed because the real culprit had already gone (its error then carries fulmen's note). Then
+    another rank's own error, from the file torch's worker wrapper wrote for it, names the cause."""
+    if FOLLOWS_ANOTHER_RANK in str(err):
+        for index, path in enumerate(getattr(context, "error_files", [])):
+            if index == err.error_index or not os.access(path, os.R_OK):
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    trace = pickle.load(fh)  # written by this job's own worker processes
+            except (OSError, EOFError, pickle.UnpicklingError):
+                continue
+            if isinstance(trace, str) and trace and FOLLOWS_ANOTHER_RANK not in trace:
+                message = f"\n\n-- Process {index:d} terminated with the following error:\n{trace}"
+                return index, int(context.processes[index].pid or 0), message
+    return err.error_index, err.error_pid, str(err)
 
 
 def _worker(local_rank: int, env: dict[str, str], job: bytes | tuple[Any, ...], result_dir: str) -> None:
