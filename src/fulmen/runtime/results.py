@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from fulmen.utilities.apply_func import apply_to_collection, move_data_to_device
 from fulmen.utilities.data import extract_batch_size
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 
@@ -224,13 +225,12 @@ class ResultMetric:
         result = cls(LogMeta(**state["meta"], sync_dist_group=None))
         result.updated = bool(state["updated"])
         acc, count = state["epoch_acc"], state["count"]
-        result.epoch_acc = acc.to(device) if isinstance(acc, torch.Tensor) else acc
-        result.count = count.to(device) if isinstance(count, torch.Tensor) else count
+        result.epoch_acc, result.count = move_data_to_device(acc, device), move_data_to_device(count, device)
         saved = state.get("metric")
         metric = _find_attribute(module, result.meta.metric_attribute) if saved is not None else None
         if saved is not None and metric is not None:
             for name, value in saved["states"].items():
-                setattr(metric, name, _to(value, device))
+                setattr(metric, name, move_data_to_device(value, device))
             metric._update_count = saved["updates"]  # torchmetrics' own counter: compute() reads it
             metric._computed = None
             result.metric = metric
@@ -238,19 +238,8 @@ class ResultMetric:
 
 
 def _cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, list):
-        return [_cpu(v) for v in value]
-    return value
-
-
-def _to(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, list):
-        return [_to(v, device) for v in value]
-    return value
+    """A copy of ``value``'s tensors on the CPU (a checkpoint must not share the running aggregates' storage)."""
+    return apply_to_collection(value, torch.Tensor, lambda t: t.detach().to("cpu", copy=True))
 
 
 def _find_attribute(module: Any, path: str | None) -> Any:

@@ -199,10 +199,8 @@ class DDPStrategy(ParallelStrategy):
     def setup(self, trainer: Any = None) -> None:
         module = self._lightning_module
         assert module is not None
-        if self._layer_sync is not None:
-            # e.g. BatchNorm statistics over the global batch; before the optimizers exist, so they hold the new
-            # layers. The module itself is kept (the Trainer and callbacks hold it): its children are swapped.
-            _same_module(self._layer_sync.apply(module), module, self._layer_sync, "apply")
+        # e.g. BatchNorm statistics over the global batch; before the optimizers exist, so they hold the new layers
+        self._sync_layers(module)
         super().setup(trainer)
         model = DistributedDataParallel(
             _StepModule(module, self), device_ids=self.determine_ddp_device_ids(), **self._ddp_kwargs
@@ -257,9 +255,9 @@ class DDPStrategy(ParallelStrategy):
 
     def teardown(self) -> None:
         self._model = module = self._lightning_module
-        layer_sync, self._layer_sync = self._layer_sync, None
-        if layer_sync is not None and module is not None:  # plain layers again once the fit is over
-            _same_module(layer_sync.revert(module), module, layer_sync, "revert")
+        if module is not None:  # plain layers again once the fit is over
+            self._sync_layers(module, undo=True)
+        self._layer_sync = None
         super().teardown()
 
     # -- steps ------------------------------------------------------------------------------------------
@@ -307,11 +305,3 @@ class DDPStrategy(ParallelStrategy):
             return model.no_sync()
         return contextlib.nullcontext()
 
-
-def _same_module(result: nn.Module, module: nn.Module, layer_sync: Any, method: str) -> None:
-    """A ``LayerSync`` converts the LightningModule's layers in place: the module it returns is the one given."""
-    if result is not module:
-        raise MisconfigurationException(
-            f"{type(layer_sync).__name__}.{method}(module) returned a different module ({type(result).__name__}); "
-            "it must convert the LightningModule's layers in place and return the module it was given."
-        )

@@ -30,7 +30,6 @@ from torch.optim import Optimizer
 
 from fulmen.accelerators import Accelerator
 from fulmen.precision import Precision
-from fulmen.strategies.ddp import _same_module
 from fulmen.strategies.parallel import ParallelStrategy
 from fulmen.utilities import distributed_checkpoint
 from fulmen.utilities.exceptions import MisconfigurationException
@@ -176,10 +175,9 @@ class ShardedStrategy(ParallelStrategy):
             self._model = root
             return
         self.precision_plugin.convert_module(module)  # '-true' precisions: the dtype the shards keep
-        if self._layer_sync is not None:
-            # e.g. SyncBatchNorm: the layers are swapped before sharding, so the shards hold the synced layers;
-            # the sharded module stays as it is after fit (FSDP2 changes it in place, once)
-            _same_module(self._layer_sync.apply(module), module, self._layer_sync, "apply")
+        # e.g. SyncBatchNorm: the layers are swapped before sharding, so the shards hold the synced layers; the
+        # sharded module stays as it is after fit (FSDP2 changes it in place, once)
+        self._sync_layers(module)
         if not _on_meta(module):
             if self.kwargs.get("sync_module_states"):
                 self._broadcast_module(module)

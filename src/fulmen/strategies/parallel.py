@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch import Tensor, nn
 
 from fulmen.accelerators import Accelerator, accelerator_name
 from fulmen.precision import Precision
@@ -188,6 +188,20 @@ class ParallelStrategy(Strategy):
     def _detect(self) -> ClusterLayout | None:
         plugin = self.cluster_plugin
         return detect() if plugin is None else plugin.layout()
+
+    def _sync_layers(self, module: nn.Module, undo: bool = False) -> None:
+        """Apply (``undo``: revert) the run's ``LayerSync`` (``sync_batchnorm``) to ``module``'s layers. The module
+        itself is kept (the Trainer and callbacks hold it): the plugin must swap its children in place."""
+        layer_sync = self._layer_sync
+        if layer_sync is None:
+            return
+        result = layer_sync.revert(module) if undo else layer_sync.apply(module)
+        if result is not module:
+            method = "revert" if undo else "apply"
+            raise MisconfigurationException(
+                f"{type(layer_sync).__name__}.{method}(module) returned a different module ({type(result).__name__}); "
+                "it must convert the LightningModule's layers in place and return the module it was given."
+            )
 
     def setup_environment(self) -> None:
         launcher = self._launcher
