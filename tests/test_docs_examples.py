@@ -187,3 +187,10 @@ def test_as_lightning_example_runs(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "epoch 0: loss" in out.stdout and "epoch 1: loss" in out.stdout
     assert out.stdout.rstrip().endswith("fulmen.trainer.trainer 2.6.6 True")
+
+
+@pytest.mark.slow
+def test_resuming_data_pipelines_example_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _run_first_example("checkpointing.md", after="## Resuming data pipelines")
+    assert (tmp_path / "stream" / "epoch=0-step=3.ckpt").exists()

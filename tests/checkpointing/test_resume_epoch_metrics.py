@@ -3,6 +3,11 @@ trained before the checkpoint are in it, so the resumed epoch reports what the u
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torchmetrics
@@ -58,3 +63,22 @@ def test_a_resumed_epoch_reports_the_uninterrupted_runs_epoch_values(tmp_path, s
     resumed = _fit(tmp_path / "b", ckpt_path=tmp_path / "a" / "ckpt" / f"epoch={epoch}-step={step}.ckpt")
     assert resumed == uninterrupted[epoch:]
     assert uninterrupted[0]["sum_v"] == sum(range(8)) and uninterrupted[1]["metric_v"] == 2 * (10 + 3.5)
+
+
+@pytest.mark.slow
+def test_each_process_resumes_its_own_epoch_values(tmp_path):
+    """Two DDP processes: each holds its own part of the epoch aggregates; all parts are in the checkpoint and
+    each process gets its own back (and `sync_dist` values reduce them as the uninterrupted run did)."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    env.update(PYTHONPATH=str(root), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    script = [sys.executable, str(Path(__file__).with_name("epoch_metrics_ddp.py")), str(tmp_path)]
+    for args in (["whole"], ["resume", str(tmp_path / "ckpt" / "epoch=0-step=3.ckpt")]):
+        proc = subprocess.run([*script, *args], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    for rank in (0, 1):
+        whole = torch.load(tmp_path / f"whole-rank{rank}.pt")
+        assert torch.load(tmp_path / f"resume-rank{rank}.pt") == whole
+    assert whole[0]["own_max"] == 107.0 and whole[0]["synced_sum"] == 2 * sum(range(8)) + 8 * 100

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from fulmen.utilities.data import has_len, is_iterable_dataset
+from fulmen.utilities.data import has_len, is_iterable_dataset, with_batch_sampler
 from fulmen.utilities.rank_zero import rank_zero_info
 
 _DONE = object()
@@ -69,18 +69,8 @@ def _skipping_loader(loader: Any, skip: int) -> tuple[Any, Callable[[], None]] |
     if type(loader) is not DataLoader or loader.batch_sampler is None or is_iterable_dataset(loader):
         return None
     sampler = _SkipBatchSampler(loader.batch_sampler, skip)
-    workers = loader.num_workers
-    kwargs: dict[str, Any] = {
-        "batch_sampler": sampler, "num_workers": workers, "collate_fn": loader.collate_fn,
-        "pin_memory": loader.pin_memory, "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
-        "prefetch_factor": loader.prefetch_factor if workers > 0 else None,
-        "persistent_workers": False,  # a one-epoch loader: its workers end with the epoch
-        "pin_memory_device": loader.pin_memory_device,
-    }  # fmt: skip
-    if hasattr(loader, "in_order"):
-        kwargs["in_order"] = loader.in_order
-    return DataLoader(loader.dataset, **kwargs), sampler.prime
+    # a one-epoch loader: its workers end with the epoch
+    return with_batch_sampler(loader, sampler, persistent=False), sampler.prime
 
 
 def fetches_lazily(loader: Any) -> bool:
@@ -88,19 +78,30 @@ def fetches_lazily(loader: Any) -> bool:
 
 
 class PrefetchIterator:
-    """``next()`` gives ``(batch, is_last)``; ``skip`` starts the epoch at that batch index."""
+    """``next()`` gives ``(batch, is_last)``; ``skip`` starts the epoch at that batch index.
+
+    ``offset``: batches of the epoch done before this iterator, which the iterable itself no longer yields (a
+    loader restored to its position); they count towards ``limit`` but are not read. ``snapshot``: for data
+    that keeps its own position, called before each read, so that :meth:`position` gives the state after the
+    batch last handed out (or before it) even though the next one was already read ahead.
+    """
 
     def __init__(
-        self, iterable: Any, limit: int | float, skip: int = 0, quiet_base_seed: bool = False
-    ) -> None:
+        self, iterable: Any, limit: int | float, skip: int = 0, quiet_base_seed: bool = False, offset: int = 0,
+        snapshot: Callable[[], Any] | None = None,
+    ) -> None:  # fmt: skip
         self.limit = limit
         self._quiet = quiet_base_seed
-        self.fetched = skip
+        self.fetched = skip + offset
         self._lazy = fetches_lazily(iterable)
         self._total: int | float = min(limit, len(iterable)) if self._lazy else limit
+        self._snapshot = snapshot
         self._iter: Iterator[Any] | None = None
         if self.fetched < self._total:
             self._iter = self._open(iterable, skip)
+        # states after the batch last handed out and before it (the same one before the first batch)
+        self._after: Any = snapshot() if snapshot is not None else None
+        self._before: Any = self._after
         self._next: Any = _DONE if self._lazy else self._fetch()
 
     def _open(self, iterable: Any, skip: int) -> Iterator[Any]:
@@ -149,6 +150,10 @@ class PrefetchIterator:
         self.fetched += 1
         return batch
 
+    def position(self, before_current: bool = False) -> Any:
+        """The data's own state after the batch last handed out (``before_current``: before it was read)."""
+        return self._before if before_current else self._after
+
     @property
     def done(self) -> bool:
         if self._lazy:
@@ -165,10 +170,14 @@ class PrefetchIterator:
                 raise StopIteration
             batch = next(self._iter)
             self.fetched += 1
+            if self._snapshot is not None:
+                self._before, self._after = self._after, self._snapshot()
             return batch, self.fetched >= self._total
         batch = self._next
         if batch is _DONE:
             raise StopIteration
+        if self._snapshot is not None:  # before the look-ahead read: the state of "this batch done"
+            self._before, self._after = self._after, self._snapshot()
         self._next = self._fetch()
         return batch, self._next is _DONE
 

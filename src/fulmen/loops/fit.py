@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from fulmen.loops import resume
 from fulmen.loops.evaluation import EvaluationLoop
 from fulmen.loops.fetcher import PrefetchIterator, prefetch_iterator
+from fulmen.loops.loader_state import data_parts
 from fulmen.loops.training_epoch import TrainingEpochLoop, can_stop_early, max_steps_reached
 from fulmen.runtime.results import ResultCollection
 from fulmen.runtime.rng import capture_generator_states, capture_rng, restore_generator_states, restore_rng
@@ -51,6 +52,7 @@ from fulmen.runtime.state import LoopPhase, RunningStage
 from fulmen.utilities.data import has_len, is_iterable_dataset, parse_num_batches
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from fulmen.utilities.sample_seeds import sample_seeded
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
@@ -66,10 +68,13 @@ class FitLoop:
         self._results_fresh = False  # reset by on_train_start for the first epoch already
         self.epoch_loop = TrainingEpochLoop(context, self.results, self.run_validation)
         self._train_dataloader: Any = None
+        self._epoch_loader: Any = None  # what the epochs iterate: the loader, or its sample-seeded twin
         self._last_train_dataloader: Any = None
         self._last_reload_epoch: int | None = None
         self.epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's shuffle was drawn
         self._resume: dict[str, Any] | None = None  # a checkpoint's loop state, applied when run starts
+        self.batches: PrefetchIterator | None = None  # the running epoch's (its data position, for checkpoints)
+        self._resumed_layout: dict[str, Any] | None = None  # how the resumed checkpoint's data was shared out
 
     # -- limits ----------------------------------------------------------------------------------------
     @property
@@ -136,8 +141,10 @@ class FitLoop:
             every and self._last_reload_epoch is not None and epoch - self._last_reload_epoch >= every
         ):
             return
-        loader = context.data.request_train_dataloader()
+        # a run resumed from another number of processes keeps the order of the run that wrote the checkpoint
+        loader = resume.keep_order(context.data.request_train_dataloader(), self._resumed_layout)
         self._train_dataloader = loader
+        self._epoch_loader = sample_seeded(loader, self._current_epoch)
         self._last_reload_epoch = epoch
         length: int | float = len(loader) if has_len(loader) else float("inf")
         context.batches.train = parse_num_batches("train", length, config.limit_train_batches)
@@ -226,28 +233,37 @@ class FitLoop:
             rank_zero_info(f"`Trainer.fit` stopped: {reason}.")
 
     def make_iterator(
-        self, skip: int = 0, epoch_rng: dict[str, Any] | None = None, loader: Any = None
+        self, skip: int = 0, epoch_rng: dict[str, Any] | None = None, loader: Any = None, offset: int = 0
     ) -> PrefetchIterator:
-        """The epoch's batches. The RNG state just before the loader's iterator draws its shuffle seed is kept
-        so that a resumed run can redraw the same order (``epoch_rng``) and skip the batches already done.
-        ``loader``: one for this epoch only (a resumed epoch shared out over another number of processes)."""
-        loader = self._train_dataloader if loader is None else loader
+        """The epoch's batches. The RNG state just before the loader's iterator draws its shuffle seed (and the
+        epoch-start state of samplers that have one) is kept so that a resumed run can redraw the same order
+        (``epoch_rng``) and skip the batches already done. ``loader``: one for this epoch only (a resumed epoch
+        shared out over another number of processes). ``offset``: batches done that a loader restored to its
+        position no longer yields (see ``loops/loader_state.py``)."""
+        # the loader's own parts (samplers, state) are the ones the twin iterated shares
+        source = self._train_dataloader if loader is None else loader
+        parts = data_parts(source)
         if epoch_rng is None:
-            epoch_rng = {"rng": capture_rng(), "generators": capture_generator_states(loader)}
+            epoch_rng = {"rng": capture_rng(), "generators": capture_generator_states(source)}
+            if parts.samplers:
+                epoch_rng["samplers"] = parts.sampler_states()
         else:
             restore_rng(epoch_rng["rng"])
-            restore_generator_states(loader, epoch_rng["generators"])
+            restore_generator_states(source, epoch_rng["generators"])
+            parts.load_sampler_states(epoch_rng.get("samplers"))
         self.epoch_start_rng = epoch_rng
-        return prefetch_iterator(
+        loader = self._epoch_loader if loader is None else sample_seeded(loader, self._current_epoch)
+        self.batches = prefetch_iterator(
             self.context.hooks, "[_TrainingEpochLoop].train_dataloader_next", loader, self.max_batches, skip=skip,
-            quiet_base_seed=self._quiet_base_seed(skip),
+            quiet_base_seed=self._quiet_base_seed(skip), offset=offset, snapshot=parts.snapshot_fn(),
         )  # fmt: skip
+        return self.batches
 
     def _quiet_base_seed(self, skip: int) -> bool:
         """Whether this epoch's iterator must leave the global RNG alone: a persistent-workers loader starts
         its workers (drawing a base seed) once per load; an uninterrupted run loads it at epoch 0 and then
         every ``reload_dataloaders_every_n_epochs``."""
-        loader = self._train_dataloader
+        loader = self._epoch_loader
         if not getattr(loader, "persistent_workers", False):
             return False
         epoch = self.context.progress.current_epoch
@@ -261,6 +277,7 @@ class FitLoop:
         """Counters from a checkpoint now; the rest of its state when the loop runs (see ``loops/resume``)."""
         resume.load_counters(self.context.progress, state)
         self._resume = state
+        self._resumed_layout = state.get("data")
 
     # -- validation inside fit -------------------------------------------------------------------------
     def run_sanity_check(self) -> None:
@@ -362,9 +379,13 @@ class FitLoop:
         self.context.hooks.call_callbacks("on_train_end")
         self.context.hooks.call_module("on_train_end")
 
+    def _current_epoch(self) -> int:
+        return self.context.progress.current_epoch
+
     def teardown(self) -> None:
         # the next fit loads its own loader; this one stays readable until then
         self._last_train_dataloader, self._train_dataloader = self._train_dataloader, None
+        self._epoch_loader = self.batches = self._resumed_layout = None
 
 
 def _check_limit(name: str, value: Any) -> None:

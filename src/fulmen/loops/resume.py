@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from torch.utils.data import DistributedSampler, Sampler
+from torch.utils.data import DistributedSampler, RandomSampler, Sampler, SequentialSampler
 
+from fulmen.loops.loader_state import data_parts
 from fulmen.runtime.rng import capture_rng, restore_rng
 from fulmen.runtime.state import FitProgress, LoopPhase
 from fulmen.utilities.data import rebuild_dataloader
@@ -29,6 +30,7 @@ from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
+    from fulmen.loops.fetcher import PrefetchIterator
     from fulmen.loops.fit import FitLoop
 
 _MID_EPOCH = (LoopPhase.BATCH, LoopPhase.VALIDATION, LoopPhase.BETWEEN)
@@ -40,6 +42,7 @@ def resume_state(fit: FitLoop) -> dict[str, Any]:
     context = fit.context
     progress = context.progress
     phase, batch_idx = progress.phase, progress.batch_idx
+    data = _data_states(fit, phase)
     window = progress.window.before_current_batch() if phase is LoopPhase.STEP else progress.window.as_list()
     if phase is LoopPhase.STEP:  # written during training_step: resume before this batch (not bitwise)
         phase, batch_idx = LoopPhase.BETWEEN, batch_idx - 1
@@ -72,17 +75,59 @@ def resume_state(fit: FitLoop) -> dict[str, Any]:
         "scheduler_steps": [progress.scheduler_steps.total, progress.scheduler_steps.epoch], "window": window,
         "rng": capture_rng(), "epoch_start_rng": fit.epoch_start_rng if phase in _MID_EPOCH else None,
         "grads": grads, "callback_metrics": metrics, "data": data_layout(fit.train_dataloader),
-        "epoch_results": _epoch_results(fit) if phase in _MID_EPOCH else None,
+        "epoch_results": _epoch_results(fit) if phase in _MID_EPOCH else None, **data,
     }  # fmt: skip
+
+
+def _data_states(fit: FitLoop, phase: LoopPhase) -> dict[str, Any]:
+    """The states of the training data's parts that keep one (see ``loops/loader_state.py``): inside an epoch
+    the position the epoch's iterator took before its look-ahead read (before the current batch when written
+    during ``training_step``: the resumed run takes that batch again); at an epoch boundary, the state now."""
+    loader = fit.train_dataloader
+    if loader is None:
+        return {}
+    parts = data_parts(loader)
+    batches = fit.batches
+    position = None
+    if parts.holders:
+        inside = phase in _MID_EPOCH or phase is LoopPhase.STEP
+        position = batches.position(phase is LoopPhase.STEP) if inside and batches is not None else parts.snapshot()
+    # Lightning's list holds every train loader with a state, also when others have none
+    loaders = position if parts.complete else [dl.state_dict() for dl in parts.loaders]
+    return {
+        "loader_states": loaders or None,
+        "dataset_position": position if parts.dataset is not None else None,
+        "map_dataset": parts.map_dataset.state_dict() if parts.map_dataset is not None else None,
+    }
+
+
+def _restore_data(fit: FitLoop, state: dict[str, Any]) -> bool:
+    """Load the saved states into this run's training data; ``True`` when the data is back at its position
+    (the resumed epoch then reads on, skipping nothing)."""
+    parts = data_parts(fit.train_dataloader)
+    if parts.map_dataset is not None and state.get("map_dataset") is not None:
+        parts.map_dataset.load_state_dict(state["map_dataset"])
+    saved = state.get("loader_states") if parts.complete else state.get("dataset_position")
+    if saved is None or not parts.holders:
+        return False
+    parts.load_position(saved)
+    return True
 
 
 def _epoch_results(fit: FitLoop) -> dict[str, Any] | None:
     """The epoch aggregates of ``self.log(..., on_epoch=True)`` so far, so that the resumed epoch's values are
-    the uninterrupted run's. One process only: with several, each holds its own partial aggregates, which the
-    file written by rank 0 cannot hold (their epoch values then cover the batches after the resume)."""
-    if fit.context.strategy.world_size != 1:
+    the uninterrupted run's. Each process holds its own part of them: with several, every process's part is
+    gathered into the file (all processes write a checkpoint together). Not on a save no other process joins:
+    after a signal (each process stops at its own batch) or an error (the process group was left); the epoch's
+    values then cover the batches after the resume."""
+    context = fit.context
+    strategy = context.strategy
+    if strategy.world_size == 1:
+        return {"world_size": 1, "items": fit.results.state_dict()}
+    if context.stop.signal is not None:
         return None
-    return {"world_size": 1, "items": fit.results.state_dict()}
+    ranks = strategy.gather_objects(fit.results.state_dict())
+    return None if ranks is None else {"world_size": strategy.world_size, "ranks": ranks}
 
 
 def data_layout(loader: Any) -> dict[str, Any] | None:
@@ -95,7 +140,8 @@ def data_layout(loader: Any) -> dict[str, Any] | None:
     if isinstance(sampler, DistributedSampler):
         return {"replicas": sampler.num_replicas, "batch_size": batch_size, "distributed": True,
                 "shuffle": sampler.shuffle, "seed": sampler.seed, "drop_last": sampler.drop_last,
-                "samples": len(sampler.dataset)}  # type: ignore[arg-type]  # fmt: skip
+                "samples": len(sampler.dataset),  # type: ignore[arg-type]
+                "order_replicas": getattr(sampler, "order_replicas", sampler.num_replicas)}  # fmt: skip
     return {"replicas": 1, "batch_size": batch_size, "distributed": False}
 
 
@@ -145,8 +191,10 @@ def loops_state_dict(fit: FitLoop) -> dict[str, Any]:
         "current": _counts(epoch_steps, epoch_steps, epoch_steps),
     }
     zero = _counts(0, 0, 0, 0)
+    fulmen = resume_state(fit)
+    loaders = fulmen.pop("loader_states", None)
     fit_state = {
-        "state_dict": {"fulmen": resume_state(fit)},
+        "state_dict": {"fulmen": fulmen, **({"combined_loader": loaders} if loaders else {})},
         "epoch_loop.state_dict": {"_batches_that_stepped": progress.batches_that_stepped},
         "epoch_loop.batch_progress": _batch_progress(cur, tot, fit.epoch_loop.is_last_batch),
         "epoch_loop.scheduler_progress": {"total": _counts(sched.total, sched.total),
@@ -220,10 +268,11 @@ def _restore_point(fit: FitLoop, state: dict[str, Any]) -> None:
 
 
 def _load_epoch_results(fit: FitLoop, saved: dict[str, Any] | None) -> None:
-    context = fit.context
-    if saved is None or context.strategy.world_size != int(saved.get("world_size", 1)):
-        return  # written by several processes, or resumed on several: the epoch's values restart here
-    fit.results.load_state_dict(saved["items"], context.strategy.root_device, context.module)
+    strategy = fit.context.strategy
+    if saved is None or strategy.world_size != int(saved.get("world_size", 1)):
+        return  # resumed on another number of processes: the epoch's values restart here
+    items = saved["items"] if "items" in saved else saved["ranks"][strategy.global_rank]
+    fit.results.load_state_dict(items, strategy.root_device, fit.context.module)
 
 
 def _load_window(fit: FitLoop, state: list[Any] | None, batch_idx: int) -> None:
@@ -241,6 +290,10 @@ def finish_interrupted_epoch(fit: FitLoop, state: dict[str, Any]) -> None:
         batch_idx = int(state["batch_idx"])
         fit.on_advance_start(fresh=False)
         fit.context.progress.batch_idx = batch_idx
+        if _restore_data(fit, state):  # the data reads on from where it was: nothing to skip
+            batches = fit.make_iterator(epoch_rng=state.get("epoch_start_rng"), offset=batch_idx)
+            _continue_epoch(fit, state, phase, batches, batch_idx)
+            return
         loader = _resharded_epoch_loader(fit, state.get("data"), int(state["epoch"]), batch_idx)
         if loader is not None and state.get("grads") is not None:
             raise MisconfigurationException(
@@ -249,20 +302,26 @@ def finish_interrupted_epoch(fit: FitLoop, state: dict[str, Any]) -> None:
                 "it there, or from a checkpoint written after an optimizer step (ModelCheckpoint's)."
             )
         batches = fit.make_iterator(skip=batch_idx, epoch_rng=state.get("epoch_start_rng"), loader=loader)
-        _restore_point(fit, state)
-        _load_epoch_results(fit, state.get("epoch_results"))
-        epoch_loop = fit.epoch_loop
-        epoch_loop.reset_epoch()
-        epoch_loop.is_last_batch = bool(state.get("is_last_batch", False))
-        _load_window(fit, state.get("window"), batch_idx)
-        finish = None if phase is LoopPhase.BETWEEN else bool(state.get("val_pending")) and phase is LoopPhase.BATCH
-        epoch_loop.run(batches, finish_batch=finish, resumed=True)
-        fit.on_advance_end()
+        _continue_epoch(fit, state, phase, batches, batch_idx)
     elif phase is LoopPhase.EPOCH_END:
+        _restore_data(fit, state)
         _restore_point(fit, state)
         fit.on_advance_end(hooks=False)
     else:
+        _restore_data(fit, state)
         _restore_point(fit, state)
+
+
+def _continue_epoch(fit: FitLoop, state: dict[str, Any], phase: LoopPhase, batches: PrefetchIterator, batch_idx: int) -> None:
+    _restore_point(fit, state)
+    _load_epoch_results(fit, state.get("epoch_results"))
+    epoch_loop = fit.epoch_loop
+    epoch_loop.reset_epoch()
+    epoch_loop.is_last_batch = bool(state.get("is_last_batch", False))
+    _load_window(fit, state.get("window"), batch_idx)
+    finish = None if phase is LoopPhase.BETWEEN else bool(state.get("val_pending")) and phase is LoopPhase.BATCH
+    epoch_loop.run(batches, finish_batch=finish, resumed=True)
+    fit.on_advance_end()
 
 
 # -- resuming an epoch on another number of processes --------------------------------------------------------
@@ -282,18 +341,75 @@ class _PositionedSampler(Sampler[int]):
         return self.skipped + len(self.indices)
 
 
-def _global_order(saved: dict[str, Any], dataset: Any, epoch: int) -> list[int]:
-    """The interrupted run's global order for ``epoch``: its DistributedSampler shares, interleaved."""
-    replicas = int(saved["replicas"])
+def global_order(dataset: Any, replicas: int, shuffle: bool, seed: int, drop_last: bool, epoch: int) -> list[int]:
+    """The global order of ``epoch`` under ``replicas`` DistributedSampler shares, interleaved (padding and
+    dropped tail included: they depend on the number of shares)."""
     shares = []
     for rank in range(replicas):
         sampler: DistributedSampler[Any] = DistributedSampler(
-            dataset, num_replicas=replicas, rank=rank, shuffle=bool(saved["shuffle"]), seed=int(saved["seed"]),
-            drop_last=bool(saved["drop_last"]),
-        )  # fmt: skip
+            dataset, num_replicas=replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last
+        )
         sampler.set_epoch(epoch)
         shares.append(list(sampler))
     return [index for position in zip(*shares) for index in position]
+
+
+def _global_order(saved: dict[str, Any], dataset: Any, epoch: int) -> list[int]:
+    """The interrupted run's global order for ``epoch``."""
+    return global_order(dataset, order_replicas(saved), bool(saved["shuffle"]), int(saved["seed"]),
+                        bool(saved["drop_last"]), epoch)  # fmt: skip
+
+
+def order_replicas(layout: dict[str, Any]) -> int:
+    """The number of shares a run's order was drawn for (its own processes, unless it kept another's)."""
+    return int(layout.get("order_replicas", layout["replicas"]))
+
+
+class OrderKeepingSampler(DistributedSampler[int]):
+    """This process's share of the global order a run on ``order_replicas`` processes draws each epoch.
+
+    A run resumed on another number of processes (or on one, without a distributed strategy) keeps the order
+    of the run that wrote the checkpoint for every later epoch, so with the same global batch each optimizer
+    step trains the samples it would have."""
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, shuffle: bool, seed: int, drop_last: bool,
+                 order_replicas: int) -> None:  # fmt: skip
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
+        self.order_replicas = order_replicas
+        n = len(dataset)
+        per_share = n // order_replicas if drop_last else -(-n // order_replicas)
+        self.num_samples = -(-per_share * order_replicas // num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def __iter__(self) -> Iterator[int]:
+        order = global_order(self.dataset, self.order_replicas, self.shuffle, self.seed, self.drop_last, self.epoch)
+        order += order[: self.total_size - len(order)]  # share out evenly, as a DistributedSampler pads
+        return iter(order[self.rank : self.total_size : self.num_replicas])
+
+
+def keep_order(loader: Any, saved: dict[str, Any] | None) -> Any:
+    """``loader`` drawing the order of the run that wrote a checkpoint with data layout ``saved``, when that
+    order came from a DistributedSampler over another number of shares (``loader`` itself otherwise)."""
+    current = data_layout(loader)
+    if saved is None or current is None or not saved["distributed"]:
+        return loader
+    wanted = order_replicas(saved)
+    if current["distributed"] and order_replicas(current) == wanted:
+        return loader
+    sampler = loader.sampler
+    if not current["distributed"] and not isinstance(sampler, (RandomSampler, SequentialSampler)):
+        return loader  # the user's own sampler: its order is theirs
+    dataset = loader.dataset
+    if len(dataset) != int(saved["samples"]):
+        return loader  # another data set: no order to keep
+    replicas, rank = (sampler.num_replicas, sampler.rank) if current["distributed"] else (1, 0)
+    keeper = OrderKeepingSampler(dataset, replicas, rank, bool(saved["shuffle"]), int(saved["seed"]),
+                                 bool(saved["drop_last"]), wanted)  # fmt: skip
+    rank_zero_info(
+        f"The checkpoint's data order was drawn for {wanted} process(es); this run ({replicas}) keeps it for every "
+        "epoch, so that each optimizer step trains the samples it would have in the run that wrote it."
+    )
+    return rebuild_dataloader(loader, sampler=keeper)
 
 
 def _resharded_epoch_loader(fit: FitLoop, saved: dict[str, Any] | None, epoch: int, batch_idx: int) -> Any:
@@ -303,7 +419,9 @@ def _resharded_epoch_loader(fit: FitLoop, saved: dict[str, Any] | None, epoch: i
     current = data_layout(loader)
     if saved is None or current is None or batch_idx == 0:
         return None
-    same = saved["replicas"] == current["replicas"] and saved["distributed"] == current["distributed"]
+    same = (saved["replicas"], saved["distributed"]) == (current["replicas"], current["distributed"]) and (
+        not saved["distributed"] or order_replicas(saved) == order_replicas(current)
+    )
     if same:
         return None
     old, new = int(saved["replicas"]), int(current["replicas"])

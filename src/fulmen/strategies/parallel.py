@@ -321,6 +321,13 @@ class ParallelStrategy(Strategy):
         dist.broadcast_object_list(holder, src=src)
         return holder[0]
 
+    def gather_objects(self, obj: Any) -> list[Any] | None:
+        if not dist.is_initialized():
+            return None
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
     def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor:
         if not dist.is_initialized():
             return tensor

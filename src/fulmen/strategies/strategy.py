@@ -437,6 +437,11 @@ class Strategy:
     def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor:
         return tensor
 
+    def gather_objects(self, obj: Any) -> list[Any] | None:
+        """Every process's ``obj`` (picklable), in rank order; ``None`` where the processes can no longer meet
+        (the process group was left after an error)."""
+        return [obj]
+
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         return decision
 

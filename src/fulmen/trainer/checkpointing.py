@@ -233,9 +233,12 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], ckpt_pa
     if precision_state:
         precision.load_state_dict(precision_state)
     fit_state = checkpoint.get("loops", {}).get("fit_loop", {})
-    state = fit_state.get("state_dict", {}).get("fulmen")
+    loop_state = fit_state.get("state_dict", {})
+    state = loop_state.get("fulmen")
     if state is None:
         state = resume.state_from_lightning(checkpoint)
+    # the train loaders' own states live under Lightning's key, where both write and read them
+    state = {**state, "loader_states": loop_state.get("combined_loader")}
     trainer.fit_loop.load_resume_state(state)
     max_epochs = trainer.max_epochs
     if max_epochs is not None and max_epochs != -1 and trainer.current_epoch > max_epochs:

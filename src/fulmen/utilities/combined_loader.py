@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from fulmen.utilities.data import has_len
+from fulmen.utilities.data import has_len, is_stateful
 from fulmen.utilities.exceptions import MisconfigurationException
 
 _MODES = ("max_size_cycle", "min_size", "max_size", "sequential")
@@ -39,6 +39,23 @@ class CombinedLoader:
     @property
     def flattened(self) -> list[Any]:
         return list(self._loaders)
+
+    def _state_dicts(self) -> list[dict[str, Any]]:
+        """The states of the combined iterables that keep one (what a checkpoint holds of them)."""
+        return [loader.state_dict() for loader in self._loaders if is_stateful(loader)]
+
+    def _load_state_dicts(self, states: list[dict[str, Any]]) -> None:
+        """Give each iterable that keeps a state its saved one, in order."""
+        if not states:
+            return
+        stateful = [loader for loader in self._loaders if is_stateful(loader)]
+        if len(stateful) != len(states):
+            raise RuntimeError(
+                f"The CombinedLoader has {len(stateful)} iterables with `state_dict`/`load_state_dict`, but the "
+                f"checkpoint holds {len(states)} states: combine the dataloaders the checkpoint was written with."
+            )
+        for loader, state in zip(stateful, states):
+            loader.load_state_dict(state)
 
     def _pack(self, items: list[Any]) -> Any:
         if self._keys is not None:

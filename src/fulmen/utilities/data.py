@@ -220,6 +220,23 @@ def rebuild_dataloader(loader: Any, **changes: Any) -> Any:
     return DataLoader(loader.dataset, **{**arguments, **changes})
 
 
+def with_batch_sampler(loader: DataLoader, batch_sampler: Any, dataset: Any = None, persistent: bool | None = None) -> DataLoader:
+    """A DataLoader that loads like ``loader`` (workers, collation, pinning, generator) over ``batch_sampler``
+    (and ``dataset`` when given): how fulmen starts an epoch at a later batch or seeds each sample."""
+    workers = loader.num_workers
+    kwargs: dict[str, Any] = {
+        "batch_sampler": batch_sampler, "num_workers": workers, "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory, "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context, "generator": loader.generator,
+        "prefetch_factor": loader.prefetch_factor if workers > 0 else None,
+        "persistent_workers": loader.persistent_workers if persistent is None else persistent,
+        "pin_memory_device": loader.pin_memory_device,
+    }  # fmt: skip
+    if hasattr(loader, "in_order"):
+        kwargs["in_order"] = loader.in_order
+    return DataLoader(loader.dataset if dataset is None else dataset, **kwargs)
+
+
 def preload(dataset: Any, device: torch.device | str | None = None, chunk_size: int = 1024) -> TensorDataset:
     """Materialise a map-style ``dataset`` once, as stacked tensors in RAM (or on ``device``).
 
@@ -357,3 +374,14 @@ def _rank_and_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def is_stateful(obj: Any) -> bool:
+    """Whether ``obj`` keeps a state a checkpoint can hold: an instance with ``state_dict()`` and
+    ``load_state_dict()`` (a stateful loader, sampler or dataset)."""
+    return (
+        obj is not None
+        and not isinstance(obj, type)
+        and callable(getattr(obj, "state_dict", None))
+        and callable(getattr(obj, "load_state_dict", None))
+    )

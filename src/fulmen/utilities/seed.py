@@ -15,11 +15,18 @@ from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 _MAX_SEED = 2**32 - 1
 
 
-def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
+def seed_everything(
+    seed: int | None = None, workers: bool = False, verbose: bool = True, *, samples: bool = True
+) -> int:
     """Seed python, numpy (if installed) and torch (all devices) and export ``PL_GLOBAL_SEED``.
 
     ``seed=None`` reads ``PL_GLOBAL_SEED`` or falls back to 0. ``workers=True`` also derives a distinct,
     reproducible seed for every dataloader worker (exported as ``PL_SEED_WORKERS``).
+
+    ``samples`` (fulmen): the training loader then loads each sample with the generators seeded from the seed,
+    the epoch and the sample's index, so random augmentation in a dataset's ``__getitem__`` is the same on any
+    number of workers or processes and after a resume (see :mod:`fulmen.utilities.sample_seeds`). Exported as
+    ``PL_SEED_SAMPLES``; ``samples=False`` leaves the loading process's generators as they are.
     """
     if seed is None:
         env_seed = os.environ.get("PL_GLOBAL_SEED")
@@ -49,6 +56,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         pass
     torch.manual_seed(seed)
     os.environ["PL_SEED_WORKERS"] = f"{int(workers)}"
+    os.environ["PL_SEED_SAMPLES"] = f"{int(samples)}"
     return seed
 
 
@@ -57,7 +65,8 @@ def reset_seed() -> None:
     seed = os.environ.get("PL_GLOBAL_SEED")
     if seed is None:
         return
-    seed_everything(int(seed), workers=bool(int(os.environ.get("PL_SEED_WORKERS", "0"))), verbose=False)
+    seed_everything(int(seed), workers=bool(int(os.environ.get("PL_SEED_WORKERS", "0"))), verbose=False,
+                    samples=os.environ.get("PL_SEED_SAMPLES", "1") != "0")  # fmt: skip
 
 
 def pl_worker_init_function(worker_id: int, rank: int | None = None) -> None:
