@@ -18,7 +18,8 @@ def test_submodules_are_attributes_loaded_on_first_use():
 
 
 OPTIONAL = ("tensorboard", "rich", "mlflow", "wandb", "comet_ml", "neptune", "matplotlib", "jsonargparse",
-            "onnx", "onnxruntime", "scipy", "psutil", "fsspec", "s3fs", "gcsfs", "safetensors", "sklearn")  # fmt: skip
+            "onnx", "onnxruntime", "scipy", "psutil", "fsspec", "s3fs", "gcsfs", "safetensors", "sklearn",
+            "torchdata", "datasets", "litdata", "streaming")  # fmt: skip
 
 
 def test_import_and_a_local_run_load_no_optional_package(tmp_path):

@@ -263,3 +263,25 @@ def test_torchdata_stateful_dataloader_resumes_without_reading_again(tmp_path, w
     _assert_equal(expected, got)
     trained = {i for i in range(SAMPLES) if reads.count(i) == 1}  # read once: trained before the checkpoint
     assert len(trained) == 4 * BATCH and all(reads.count(i) in (1, 2) for i in range(SAMPLES))
+
+
+def test_a_loader_restored_at_an_epoch_end_trains_the_next_epoch_whole(tmp_path):
+    """A stream restored to its end-of-epoch position first yields that epoch's (empty) rest: the loop then
+    starts the next epoch instead of counting an empty one."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def run(name: str, ckpt: Path | None = None) -> tuple[dict[str, torch.Tensor], list[int]]:
+        reads = tmp_path / f"reads-{name}"
+        reads.mkdir()
+        fulmen.seed_everything(7)
+        model = Crash()
+        ends = ModelCheckpoint(dirpath=tmp_path / name, every_n_epochs=1, save_top_k=-1, save_on_train_epoch_end=True)
+        trainer = _trainer(tmp_path / name, callbacks=[ends])
+        trainer.fit(model, stateful.StatefulDataLoader(ShardedStream(reads), batch_size=BATCH), ckpt_path=ckpt)
+        assert trainer.global_step == 20
+        return model.state_dict(), [int(i) for f in reads.iterdir() for i in f.read_text().split()]
+
+    expected, _ = run("a")
+    got, reads = run("b", tmp_path / "a" / "epoch=0-step=10.ckpt")
+    _assert_equal(expected, got)
+    assert sorted(reads) == list(range(SAMPLES))

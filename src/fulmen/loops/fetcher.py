@@ -96,6 +96,7 @@ class PrefetchIterator:
         self._lazy = fetches_lazily(iterable)
         self._total: int | float = min(limit, len(iterable)) if self._lazy else limit
         self._snapshot = snapshot
+        self._ends_itself = not self._lazy and has_len(iterable) and limit >= len(iterable)
         self._iter: Iterator[Any] | None = None
         if self.fetched < self._total:
             self._iter = self._open(iterable, skip)
@@ -140,7 +141,14 @@ class PrefetchIterator:
             iterable.generator = saved
 
     def _fetch(self) -> Any:
-        if self._iter is None or self.fetched >= self.limit:
+        if self._iter is None:
+            return _DONE
+        if self.fetched >= self.limit:
+            if self._ends_itself:
+                # the limit is the iterable's own length: let its iterator finish, as a plain for loop would
+                # (litdata's loader, for one, only then marks a restored epoch done)
+                next(self._iter, None)
+            self._iter = None
             return _DONE
         try:
             batch = next(self._iter)

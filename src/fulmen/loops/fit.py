@@ -75,6 +75,7 @@ class FitLoop:
         self._resume: dict[str, Any] | None = None  # a checkpoint's loop state, applied when run starts
         self.batches: PrefetchIterator | None = None  # the running epoch's (its data position, for checkpoints)
         self._resumed_layout: dict[str, Any] | None = None  # how the resumed checkpoint's data was shared out
+        self.restored_at_epoch_end = False  # the data's state at an epoch end was loaded (see make_iterator)
 
     # -- limits ----------------------------------------------------------------------------------------
     @property
@@ -253,11 +254,20 @@ class FitLoop:
             parts.load_sampler_states(epoch_rng.get("samplers"))
         self.epoch_start_rng = epoch_rng
         loader = self._epoch_loader if loader is None else sample_seeded(loader, self._current_epoch)
-        self.batches = prefetch_iterator(
-            self.context.hooks, "[_TrainingEpochLoop].train_dataloader_next", loader, self.max_batches, skip=skip,
-            quiet_base_seed=self._quiet_base_seed(skip), offset=offset, snapshot=parts.snapshot_fn(),
-        )  # fmt: skip
+        self.batches = self._open_epoch(loader, skip, offset, parts.snapshot_fn())
+        if self.restored_at_epoch_end:
+            self.restored_at_epoch_end = False
+            if self.batches.done:
+                # some loaders restored to the state they had at the end of an epoch (torchdata's over an
+                # iterable dataset, mosaic's) first yield that epoch's empty rest, then the next epoch
+                self.batches = self._open_epoch(loader, skip, offset, parts.snapshot_fn())
         return self.batches
+
+    def _open_epoch(self, loader: Any, skip: int, offset: int, snapshot: Callable[[], Any] | None) -> PrefetchIterator:
+        return prefetch_iterator(
+            self.context.hooks, "[_TrainingEpochLoop].train_dataloader_next", loader, self.max_batches, skip=skip,
+            quiet_base_seed=self._quiet_base_seed(skip), offset=offset, snapshot=snapshot,
+        )  # fmt: skip
 
     def _quiet_base_seed(self, skip: int) -> bool:
         """Whether this epoch's iterator must leave the global RNG alone: a persistent-workers loader starts

@@ -304,11 +304,11 @@ def finish_interrupted_epoch(fit: FitLoop, state: dict[str, Any]) -> None:
         batches = fit.make_iterator(skip=batch_idx, epoch_rng=state.get("epoch_start_rng"), loader=loader)
         _continue_epoch(fit, state, phase, batches, batch_idx)
     elif phase is LoopPhase.EPOCH_END:
-        _restore_data(fit, state)
+        fit.restored_at_epoch_end = _restore_data(fit, state)
         _restore_point(fit, state)
         fit.on_advance_end(hooks=False)
     else:
-        _restore_data(fit, state)
+        fit.restored_at_epoch_end = _restore_data(fit, state)
         _restore_point(fit, state)
 
 
