@@ -336,6 +336,41 @@ def bench_loader(repeats: int) -> None:
     speedup = base / medians["InMemoryDataLoader"]
     row("loader", "digits epoch, InMemoryDataLoader", f"{medians['InMemoryDataLoader'] * 1e3:.2f} ms",
         f"{speedup:.1f}x faster", ">= 5x")  # fmt: skip
+    bench_sample_seeding(data, repeats)
+
+
+def bench_sample_seeding(data: TensorDataset, repeats: int) -> None:
+    """The price of sample seeding: the digits as a map-style Dataset (not a TensorDataset, which is never
+    seeded) loaded in the main process, batches of 64, with the per-sample seeds and without."""
+    from torch.utils.data import Dataset
+
+    from fulmen.utilities.sample_seeds import sample_seeded
+
+    class Digits(Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return len(data)
+
+        def __getitem__(self, index: int) -> Any:
+            return data[index]
+
+    plain = DataLoader(Digits(), batch_size=64, shuffle=True)
+    seeded = sample_seeded(plain, lambda: 0, seed=0)
+
+    def epoch(loader: Any) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter()
+            for _ in loader:
+                pass
+            return time.perf_counter() - start
+
+        return run
+
+    medians = interleaved({"off": epoch(plain), "on": epoch(seeded)}, repeats * 4)
+    batches = len(plain)
+    extra = (medians["on"] - medians["off"]) / batches
+    row("loader", "digits epoch, map-style Dataset", f"{medians['off'] * 1e3:.2f} ms")
+    row("loader", "the same with sample seeding", f"{medians['on'] * 1e3:.2f} ms",
+        f"+{extra * 1e6:.0f} us per batch of 64 (+{extra / 64 * 1e6:.1f} us per sample)")  # fmt: skip
 
 
 def bench_precision(repeats: int) -> None:

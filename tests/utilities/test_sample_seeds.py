@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
@@ -13,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorData
 import fulmen
 from fulmen.callbacks import ModelCheckpoint
 from fulmen.demos.boring_classes import BoringModel
-from fulmen.utilities.sample_seeds import SampleSeededDataset, sample_seed, sample_seeded
+from fulmen.utilities.sample_seeds import SampleSeededDataset, sample_seed, sample_seed_in_use, sample_seeded
 
 N, BATCH = 48, 4
 
@@ -82,9 +83,7 @@ def test_a_run_resumed_mid_epoch_with_worker_processes_ends_with_the_same_weight
         assert torch.equal(value, resumed.state_dict()[key]), key
 
 
-def test_a_sample_is_augmented_alike_on_any_number_of_processes(monkeypatch):
-    monkeypatch.setenv("PL_GLOBAL_SEED", "11")
-    monkeypatch.delenv("PL_SEED_SAMPLES", raising=False)
+def test_a_sample_is_augmented_alike_on_any_number_of_processes():
     dataset = Augmented()
 
     def draws(replicas: int) -> dict[int, torch.Tensor]:
@@ -92,7 +91,7 @@ def test_a_sample_is_augmented_alike_on_any_number_of_processes(monkeypatch):
         for rank in range(replicas):
             sampler = DistributedSampler(dataset, num_replicas=replicas, rank=rank, shuffle=True, seed=11)
             sampler.set_epoch(1)
-            twin = sample_seeded(DataLoader(dataset, batch_size=BATCH, sampler=sampler), lambda: 1)
+            twin = sample_seeded(DataLoader(dataset, batch_size=BATCH, sampler=sampler), lambda: 1, 11)
             for x, index in twin:
                 out.update({i: row for i, row in zip(index.tolist(), x)})
         return out
@@ -101,9 +100,8 @@ def test_a_sample_is_augmented_alike_on_any_number_of_processes(monkeypatch):
     _assert_same(draws(1), draws(4))
 
 
-def test_loading_in_the_main_process_leaves_the_training_generators_alone(monkeypatch):
-    monkeypatch.setenv("PL_GLOBAL_SEED", "0")
-    twin = sample_seeded(DataLoader(Augmented(), batch_size=BATCH), lambda: 0)
+def test_loading_in_the_main_process_leaves_the_training_generators_alone():
+    twin = sample_seeded(DataLoader(Augmented(), batch_size=BATCH), lambda: 0, 0)
     torch.manual_seed(5), random.seed(5), np.random.seed(5)
     next(iter(DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=BATCH)))  # a DataLoader draws its base seed
     expected = (torch.rand(3), random.random(), np.random.rand())
@@ -114,16 +112,21 @@ def test_loading_in_the_main_process_leaves_the_training_generators_alone(monkey
 
 
 def test_where_sample_seeding_does_not_apply(monkeypatch):
+    monkeypatch.setenv("PL_SEED_SAMPLES", "1")  # put back as it was after the test (seed_everything sets it)
     monkeypatch.setenv("PL_GLOBAL_SEED", "0")
-    tensors = DataLoader(TensorDataset(torch.zeros(4, 2)), batch_size=2)
-    assert sample_seeded(tensors, lambda: 0) is tensors  # indexing tensors draws nothing
-    augmented = DataLoader(Augmented(), batch_size=2)
-    assert isinstance(sample_seeded(augmented, lambda: 0).dataset, SampleSeededDataset)
-    fulmen.seed_everything(0, samples=False)
-    assert sample_seeded(augmented, lambda: 0) is augmented
     monkeypatch.delenv("PL_GLOBAL_SEED")
-    monkeypatch.delenv("PL_SEED_SAMPLES")
-    assert sample_seeded(augmented, lambda: 0) is augmented  # no seed_everything: nothing to derive from
+    assert sample_seed_in_use() is None  # no seed_everything: nothing to derive from
+    fulmen.seed_everything(4)
+    assert sample_seed_in_use() == 4
+    tensors = DataLoader(TensorDataset(torch.zeros(4, 2)), batch_size=2)
+    assert sample_seeded(tensors, lambda: 0, 4) is tensors  # indexing tensors draws nothing
+    augmented = DataLoader(Augmented(), batch_size=2)
+    assert isinstance(sample_seeded(augmented, lambda: 0, 4).dataset, SampleSeededDataset)
+    assert sample_seeded(augmented, lambda: 0, None) is augmented
+    fulmen.seed_everything(0, samples=False)
+    assert sample_seed_in_use() is None and os.environ["PL_SEED_SAMPLES"] == "0"
+    fulmen.seed_everything(0)
+    assert "PL_SEED_SAMPLES" not in os.environ  # the default adds nothing to the environment
 
 
 def test_seeds_differ_by_seed_epoch_and_index():

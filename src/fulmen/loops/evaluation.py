@@ -39,14 +39,12 @@ class EvaluationLoop:
             return []
         multiple = len(dataloaders) > 1
         sanity_checking = context.state.sanity_checking
-        previous_results = context.results
         metrics.refresh()  # the views keep the training step values that readers see during this run
         self.results.reset()
         self.results.sync = strategy.sync_metric
-        context.results = self.results
         metrics.epoch_end = False
         step = strategy.validation_step if stage == "validation" else strategy.test_step
-        with no_grad_context(context.config.inference_mode and strategy.supports_inference_mode):
+        with context.enter(results=self.results), no_grad_context(context.config.inference_mode and strategy.supports_inference_mode):
             if in_fit and not sanity_checking:
                 hooks.call_module("on_validation_model_zero_grad")
             module = context.module
@@ -87,7 +85,6 @@ class EvaluationLoop:
             else:  # each submodule back in its own mode (one the user froze with .eval() stays in eval)
                 for name, submodule in module.named_modules():
                     submodule.training = modes.get(name, submodule.training)
-        context.results = previous_results
         return output_metrics
 
 

@@ -52,7 +52,7 @@ from fulmen.runtime.state import LoopPhase, RunningStage
 from fulmen.utilities.data import has_len, is_iterable_dataset, parse_num_batches
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
-from fulmen.utilities.sample_seeds import sample_seeded
+from fulmen.utilities.sample_seeds import sample_seed_in_use, sample_seeded
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
@@ -145,7 +145,7 @@ class FitLoop:
         # a run resumed from another number of processes keeps the order of the run that wrote the checkpoint
         loader = resume.keep_order(context.data.request_train_dataloader(), self._resumed_layout)
         self._train_dataloader = loader
-        self._epoch_loader = sample_seeded(loader, self._current_epoch)
+        self._epoch_loader = sample_seeded(loader, self._current_epoch, sample_seed_in_use())
         self._last_reload_epoch = epoch
         length: int | float = len(loader) if has_len(loader) else float("inf")
         context.batches.train = parse_num_batches("train", length, config.limit_train_batches)
@@ -195,14 +195,13 @@ class FitLoop:
         """``fit`` from ``on_fit_start`` to ``on_fit_end``; ``after_fit_start``: the trainer restores a
         checkpoint's training state there (optimizers and this loop's position)."""
         context = self.context
-        hooks, state = context.hooks, context.state
-        state.stage = RunningStage.TRAINING
+        hooks = context.hooks
+        context.state.stage = RunningStage.TRAINING  # fit's stage until teardown (the sanity check enters its own)
         hooks.call_callbacks("on_fit_start")
         hooks.call_module("on_fit_start")
         if after_fit_start is not None:
             after_fit_start()
         self.run_sanity_check()
-        state.stage = RunningStage.TRAINING
         self.train()
         hooks.call_callbacks("on_fit_end")
         hooks.call_module("on_fit_end")
@@ -253,7 +252,7 @@ class FitLoop:
             restore_generator_states(source, epoch_rng["generators"])
             parts.load_sampler_states(epoch_rng.get("samplers"))
         self.epoch_start_rng = epoch_rng
-        loader = self._epoch_loader if loader is None else sample_seeded(loader, self._current_epoch)
+        loader = self._epoch_loader if loader is None else sample_seeded(loader, self._current_epoch, sample_seed_in_use())
         self.batches = self._open_epoch(loader, skip, offset, parts.snapshot_fn())
         if self.restored_at_epoch_end:
             self.restored_at_epoch_end = False
@@ -295,20 +294,17 @@ class FitLoop:
         steps = context.config.num_sanity_val_steps
         if steps == 0 or not context.data.validation_enabled(load=False):
             return
-        state = context.state
-        stage = state.stage
         # the sanity check leaves the random generators as it found them (as Lightning does): a seeded run
         # trains on the same numbers whether it is on or off
         rng_before = capture_rng()
-        state.stage = RunningStage.SANITY_CHECKING
-        context.hooks.call_callbacks("on_sanity_check_start")
-        loaders, counts = context.data.fit_val_dataloaders()
-        counts = [min(steps, c) for c in counts]
-        context.batches.sanity = counts
-        self.validate_loop.run(loaders, counts, in_fit=True)
-        context.hooks.call_callbacks("on_sanity_check_end")
-        context.metrics.reset()  # values logged during the sanity check must not reach callbacks or loggers
-        state.stage = stage
+        with context.enter(RunningStage.SANITY_CHECKING):
+            context.hooks.call_callbacks("on_sanity_check_start")
+            loaders, counts = context.data.fit_val_dataloaders()
+            counts = [min(steps, c) for c in counts]
+            context.batches.sanity = counts
+            self.validate_loop.run(loaders, counts, in_fit=True)
+            context.hooks.call_callbacks("on_sanity_check_end")
+            context.metrics.reset()  # values logged during the sanity check must not reach callbacks or loggers
         restore_rng(rng_before)
 
     def run_validation(self) -> None:
@@ -316,11 +312,8 @@ class FitLoop:
         context = self.context
         loaders, counts = context.data.fit_val_dataloaders()
         context.batches.val = counts
-        context.state.stage = RunningStage.VALIDATING
-        with context.hooks.profile("run_validation"):
+        with context.enter(RunningStage.VALIDATING), context.hooks.profile("run_validation"):
             self.validate_loop.run(loaders, counts, in_fit=True)
-        context.state.stage = RunningStage.TRAINING
-        context.results = self.results
         context.metrics.epoch_end = False  # reads during training see step values again
         context.stop.agree(context.strategy)
 

@@ -7,14 +7,15 @@ attribute here is one hop; the hot loop keeps to them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fulmen.runtime.data import DataSource
 from fulmen.runtime.hooks import HookDispatcher, ProfilingHookDispatcher
 from fulmen.runtime.metrics import MetricsHub
-from fulmen.runtime.state import FitProgress, TrainerState
+from fulmen.runtime.state import FitProgress, RunningStage, TrainerState
 
 if TYPE_CHECKING:
     from fulmen.core.datamodule import LightningDataModule
@@ -107,3 +108,18 @@ class RunContext:
     @property
     def stopping(self) -> bool:
         return self.stop.stopping(self.strategy.world_size)
+
+    @contextmanager
+    def enter(self, stage: RunningStage | None = None, results: ResultCollection | None = None) -> Iterator[None]:
+        """Where the run is, for a block: its running stage (``trainer.sanity_checking``, ``trainer.validating``
+        ...) and the collection ``self.log`` writes to. Both are put back when the block ends. When it raises
+        they stay as they were at the raise: the ``on_exception`` hooks see where the run was, and teardown
+        resets them."""
+        state = self.state
+        before = state.stage, self.results
+        if stage is not None:
+            state.stage = stage
+        if results is not None:
+            self.results = results
+        yield
+        state.stage, self.results = before

@@ -142,20 +142,26 @@ class SampleSeededDataset(Dataset[Any]):
                 saved.restore()
 
 
-def sample_seeding_enabled() -> bool:
-    """On once ``seed_everything`` ran (its seed is exported), unless it was called with ``samples=False``."""
-    return "PL_GLOBAL_SEED" in os.environ and os.environ.get(_SAMPLES_ENV, "1") != "0"
+def sample_seed_in_use() -> int | None:
+    """The seed samples are loaded with: ``seed_everything``'s (exported), unless it was called with
+    ``samples=False``; ``None`` when it did not run."""
+    seed = os.environ.get("PL_GLOBAL_SEED")
+    if seed is None or os.environ.get(_SAMPLES_ENV, "1") == "0":
+        return None
+    try:
+        return int(seed)
+    except ValueError:
+        return None
 
 
-def sample_seeded(loader: Any, epoch: Callable[[], int]) -> Any:
-    """The twin of ``loader`` that loads each sample with its own seeds, or ``loader`` itself where that does
-    not apply: no ``seed_everything``, a DataLoader subclass or custom iterable, an iterable dataset, a
-    ``TensorDataset`` (indexing draws nothing)."""
-    if not sample_seeding_enabled() or type(loader) is not DataLoader or loader.batch_sampler is None:
+def sample_seeded(loader: Any, epoch: Callable[[], int], seed: int | None) -> Any:
+    """The twin of ``loader`` that loads each sample with its own seeds (from ``seed``, the epoch and the
+    index), or ``loader`` itself where that does not apply: no seed, a DataLoader subclass or custom iterable,
+    an iterable dataset, a ``TensorDataset`` (indexing draws nothing)."""
+    if seed is None or type(loader) is not DataLoader or loader.batch_sampler is None:
         return loader
     dataset = loader.dataset
     if is_iterable_dataset(loader) or type(dataset) is TensorDataset or isinstance(dataset, SampleSeededDataset):
         return loader
-    seed = int(os.environ["PL_GLOBAL_SEED"])
     batches = EpochTaggedBatchSampler(loader.batch_sampler, epoch)
     return with_batch_sampler(loader, batches, dataset=SampleSeededDataset(dataset, seed))

@@ -25,8 +25,8 @@ def seed_everything(
 
     ``samples`` (fulmen): the training loader then loads each sample with the generators seeded from the seed,
     the epoch and the sample's index, so random augmentation in a dataset's ``__getitem__`` is the same on any
-    number of workers or processes and after a resume (see :mod:`fulmen.utilities.sample_seeds`). Exported as
-    ``PL_SEED_SAMPLES``; ``samples=False`` leaves the loading process's generators as they are.
+    number of workers or processes and after a resume (see :mod:`fulmen.utilities.sample_seeds`).
+    ``samples=False`` (exported as ``PL_SEED_SAMPLES=0``) leaves the loading process's generators as they are.
     """
     if seed is None:
         env_seed = os.environ.get("PL_GLOBAL_SEED")
@@ -56,7 +56,12 @@ def seed_everything(
         pass
     torch.manual_seed(seed)
     os.environ["PL_SEED_WORKERS"] = f"{int(workers)}"
-    os.environ["PL_SEED_SAMPLES"] = f"{int(samples)}"
+    # exported only when turned off: the default adds no variable to the process environment (test suites
+    # check that tests leave it as they found it)
+    if samples:
+        os.environ.pop("PL_SEED_SAMPLES", None)
+    else:
+        os.environ["PL_SEED_SAMPLES"] = "0"
     return seed
 
 
