@@ -7,7 +7,8 @@ per epoch + batch index): ``start`` before the batch runs, ``end`` after its che
 middle of a validation run, ``epoch`` at the end of epoch N, ``save`` halfway through writing a checkpoint; ``term`` and ``int`` send
 SIGTERM / SIGINT instead (handled: the run saves and stops by itself).
 The run uses every RNG (torch, numpy, python), dropout, shuffled training and validation data, momentum,
-a step and an epoch scheduler and gradient accumulation; it prints ``batch N`` as it goes and writes the
+a step and an epoch scheduler and gradient accumulation (AUGMENT=1: random augmentation in the training
+dataset's ``__getitem__`` too); it prints ``batch N`` as it goes and writes the
 final weights to OUT_DIR/final.pt.
 """
 
@@ -37,6 +38,21 @@ def _data(n: int, seed: int) -> TensorDataset:
     return TensorDataset(x, (x.sum(1) > 0).long())
 
 
+class Augmented(torch.utils.data.Dataset):
+    """``data`` with random augmentation drawn in ``__getitem__`` from all three global generators (AUGMENT=1)."""
+
+    def __init__(self, data: TensorDataset) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int):
+        x, y = self.data[index]
+        noise = torch.randn_like(x) * 0.1 + float(np.random.rand()) * 0.1 + random.random() * 0.1
+        return x + noise, y
+
+
 class Net(fulmen.LightningModule):
     def __init__(self, workers: int = 0) -> None:
         super().__init__()
@@ -61,7 +77,9 @@ class Net(fulmen.LightningModule):
         return [opt], [{"scheduler": step, "interval": "step"}, {"scheduler": epoch, "interval": "epoch"}]
 
     def train_dataloader(self):
-        return DataLoader(_data(100, 0), batch_size=8, shuffle=True, num_workers=self.workers,
+        data = _data(100, 0)
+        return DataLoader(Augmented(data) if os.environ.get("AUGMENT") == "1" else data, batch_size=8, shuffle=True,
+                          num_workers=self.workers,
                           persistent_workers=self.workers > 0 and os.environ.get("PERSIST") == "1")  # fmt: skip
 
     def val_dataloader(self):

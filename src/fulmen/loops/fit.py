@@ -220,17 +220,29 @@ class FitLoop:
             self.setup_optimization()
             self.on_run_start()
             pending, self._resume = self._resume, None
-            if pending is not None:
-                resume.finish_interrupted_epoch(self, pending)
+            if pending is not None and resume.written_mid_epoch(pending):
+                self.run_epoch(interrupted=pending)  # what the interrupted run had left of its epoch
+            elif pending is not None and resume.restore_at_boundary(self, pending):
+                self.on_advance_end(hooks=False)  # written in on_train_epoch_end: the rest of that epoch's end
             while (reason := self.stop_reason()) is None:
-                self.on_advance_start()
-                with self.context.hooks.profile("run_training_epoch"):
-                    self.epoch_loop.run(self.make_iterator())
-                self.on_advance_end()
+                self.run_epoch()
             rank_zero_info(f"`Trainer.fit` stopped: {reason}.")
             self.on_run_end()
         else:
             rank_zero_info(f"`Trainer.fit` stopped: {reason}.")
+
+    def run_epoch(self, interrupted: dict[str, Any] | None = None) -> None:
+        """One epoch: its start hooks, its batches, its end. ``interrupted``: the loop state of a checkpoint
+        written inside this epoch; its parts are restored (``loops/resume.py``) and the epoch goes on from there."""
+        self.on_advance_start(fresh=interrupted is None)
+        finish: bool | None = None
+        if interrupted is None:
+            batches = self.make_iterator()
+        else:
+            batches, finish = resume.restore_epoch(self, interrupted)
+        with self.context.hooks.profile("run_training_epoch"):
+            self.epoch_loop.run(batches, finish_batch=finish, resumed=interrupted is not None)
+        self.on_advance_end()
 
     def make_iterator(
         self, skip: int = 0, epoch_rng: dict[str, Any] | None = None, loader: Any = None, offset: int = 0

@@ -3,10 +3,11 @@
 The file keeps Lightning's ``loops`` progress counters (so files move both ways between fulmen and
 Lightning) and adds fulmen's exact-resume state under ``loops.fit_loop.state_dict.fulmen`` (Lightning ignores
 it): where in the loop the file was written (:class:`LoopPhase`), the RNG states at that point and at the start
-of the epoch, gradients of an open accumulation window and the metrics a plateau scheduler still has to read.
-A resumed run first finishes the epoch the checkpoint was written in, exactly as the interrupted run would
-have: RNG restored, the epoch's order redrawn from the epoch-start RNG, batches already trained skipped
-without loading them.
+of the epoch, gradients of an open accumulation window, the metrics a plateau scheduler still has to read, the
+epoch's metric aggregates and the state of data that keeps its own position (``loops/loader_state.py``). The
+fit loop runs the interrupted epoch like any other; this module has each part restore its state once the
+epoch's start hooks ran (:func:`restore_epoch`): RNG restored, the data read on from its position or the
+epoch's order redrawn from the epoch-start RNG with the batches already trained skipped without loading them.
 
 The data position is also kept as a count of samples of the epoch's *global* order (the order a
 DistributedSampler shares out: sample ``j`` of rank ``r`` is global position ``j * replicas + r``). A run on a
@@ -283,17 +284,23 @@ def _load_window(fit: FitLoop, state: list[Any] | None, batch_idx: int) -> None:
     fit.context.progress.window.load(state)
 
 
-def finish_interrupted_epoch(fit: FitLoop, state: dict[str, Any]) -> None:
-    """Run what the interrupted run had left of its epoch when the checkpoint was written."""
+def written_mid_epoch(state: dict[str, Any]) -> bool:
+    return LoopPhase(state["phase"]) in _MID_EPOCH
+
+
+def restore_epoch(fit: FitLoop, state: dict[str, Any]) -> tuple[PrefetchIterator, bool | None]:
+    """Restore each part to where it was inside the epoch the checkpoint was written in (called once the
+    epoch-start hooks ran): the batch counter; the data, read on from its own position or with the epoch's
+    order redrawn and the batches done skipped; the RNG; the epoch's metric aggregates; the epoch loop and
+    its accumulation window. Returns the rest of the epoch's batches, and whether the batch the checkpoint was
+    written in still has to end (``TrainingEpochLoop.run``'s ``finish_batch``)."""
     phase = LoopPhase(state["phase"])
-    if phase in _MID_EPOCH:
-        batch_idx = int(state["batch_idx"])
-        fit.on_advance_start(fresh=False)
-        fit.context.progress.batch_idx = batch_idx
-        if _restore_data(fit, state):  # the data reads on from where it was: nothing to skip
-            batches = fit.make_iterator(epoch_rng=state.get("epoch_start_rng"), offset=batch_idx)
-            _continue_epoch(fit, state, phase, batches, batch_idx)
-            return
+    batch_idx = int(state["batch_idx"])
+    fit.context.progress.batch_idx = batch_idx
+    epoch_rng = state.get("epoch_start_rng")
+    if _restore_data(fit, state):  # the data reads on from where it was: nothing to skip
+        batches = fit.make_iterator(epoch_rng=epoch_rng, offset=batch_idx)
+    else:
         loader = _resharded_epoch_loader(fit, state.get("data"), int(state["epoch"]), batch_idx)
         if loader is not None and state.get("grads") is not None:
             raise MisconfigurationException(
@@ -301,27 +308,21 @@ def finish_interrupted_epoch(fit: FitLoop, state: dict[str, Any]) -> None:
                 "each process's own: it resumes exactly only on the number of processes that wrote it. Resume "
                 "it there, or from a checkpoint written after an optimizer step (ModelCheckpoint's)."
             )
-        batches = fit.make_iterator(skip=batch_idx, epoch_rng=state.get("epoch_start_rng"), loader=loader)
-        _continue_epoch(fit, state, phase, batches, batch_idx)
-    elif phase is LoopPhase.EPOCH_END:
-        fit.restored_at_epoch_end = _restore_data(fit, state)
-        _restore_point(fit, state)
-        fit.on_advance_end(hooks=False)
-    else:
-        fit.restored_at_epoch_end = _restore_data(fit, state)
-        _restore_point(fit, state)
-
-
-def _continue_epoch(fit: FitLoop, state: dict[str, Any], phase: LoopPhase, batches: PrefetchIterator, batch_idx: int) -> None:
+        batches = fit.make_iterator(skip=batch_idx, epoch_rng=epoch_rng, loader=loader)
     _restore_point(fit, state)
     _load_epoch_results(fit, state.get("epoch_results"))
-    epoch_loop = fit.epoch_loop
-    epoch_loop.reset_epoch()
-    epoch_loop.is_last_batch = bool(state.get("is_last_batch", False))
+    fit.epoch_loop.load_state_dict({"is_last_batch": bool(state.get("is_last_batch", False))})
     _load_window(fit, state.get("window"), batch_idx)
     finish = None if phase is LoopPhase.BETWEEN else bool(state.get("val_pending")) and phase is LoopPhase.BATCH
-    epoch_loop.run(batches, finish_batch=finish, resumed=True)
-    fit.on_advance_end()
+    return batches, finish
+
+
+def restore_at_boundary(fit: FitLoop, state: dict[str, Any]) -> bool:
+    """Restore the data's state and the RNG of a checkpoint written between epochs; ``True`` when it was written
+    in ``on_train_epoch_end`` (the loop then ends that epoch without running its hooks again)."""
+    fit.restored_at_epoch_end = _restore_data(fit, state)
+    _restore_point(fit, state)
+    return LoopPhase(state["phase"]) is LoopPhase.EPOCH_END
 
 
 # -- resuming an epoch on another number of processes --------------------------------------------------------

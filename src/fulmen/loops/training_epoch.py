@@ -93,6 +93,11 @@ class TrainingEpochLoop:
         batch continues the open window, whose factor is fixed."""
         return not self.context.progress.window.done
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue an epoch a checkpoint was written in (its accumulation window is the progress's)."""
+        self.reset_epoch()
+        self._is_last_batch = bool(state["is_last_batch"])
+
     def reset_epoch(self) -> None:
         window = self.context.progress.window
         self._is_last_batch = False
