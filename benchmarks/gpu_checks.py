@@ -23,6 +23,9 @@
    deterministic algorithms on: bitwise the weights of an uninterrupted run.
 9. ``Trainer(compile=True)``: training, a checkpoint with the module's own parameter names that loads into an
    uncompiled module with equal weights, and a compiled fit resumed from it.
+10. Data pipelines on the device: sample seeding leaves the CUDA generator alone (a batch loaded in the main
+   process changes no GPU random number), and the exact-resume run with random augmentation in the dataset,
+   two persistent workers, killed with SIGKILL mid-validation and resumed, ends bitwise equal.
 
 Prints a table and, when ``$OUT`` is set, writes ``$OUT/gpu_checks.json``. ``--cpu-dry-run`` runs checks 2,
 3, 4 and 7 on the CPU (float16 autocast with a CPU scaler, DDP and FSDP over gloo with two processes) to test the script
@@ -419,6 +422,53 @@ def check_cuda_resume(device: str) -> None:
                        f"{'bitwise equal to' if same else 'differ from'} the uninterrupted run's")  # fmt: skip
 
 
+def check_data_resume(device: str) -> None:
+    """Check 10: sample seeding on the device, and an exact resume with augmentation in worker processes."""
+    import subprocess
+    import tempfile
+
+    from torch.utils.data import DataLoader, Dataset
+
+    from fulmen.utilities.sample_seeds import sample_seeded
+
+    class Noisy(Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, index: int) -> torch.Tensor:
+            return torch.rand(4) + index
+
+    if device == "cuda":
+        torch.cuda.manual_seed(3)
+        before = torch.cuda.get_rng_state()
+        next(iter(sample_seeded(DataLoader(Noisy(), batch_size=8), lambda: 0, seed=0)))
+        same = torch.equal(before, torch.cuda.get_rng_state())
+        report("sample seeding leaves the CUDA generator alone", same,
+               "CUDA RNG state " + ("unchanged" if same else "CHANGED") + " by a batch loaded in the main process")
+    script = os.path.join(ROOT, "tests", "checkpointing", "resume_run.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+               DETERMINISTIC="1", PYTHONWARNINGS="ignore", AUGMENT="1", PERSIST="1")  # fmt: skip
+    name = f"exact resume, augmentation in 2 persistent workers ({device})"
+    with tempfile.TemporaryDirectory() as folder:
+        codes = []
+        for out, args in ((f"{folder}/ref", ["--reference"]), (f"{folder}/run", ["--resume", "--kill", "val:22"]),
+                          (f"{folder}/run", ["--resume"])):  # fmt: skip
+            done = subprocess.run([sys.executable, script, out, "--workers", "2", *args], capture_output=True,
+                                  text=True, env=env, timeout=300)  # fmt: skip
+            codes.append(done.returncode)
+            if done.returncode not in (0, -9):
+                report(name, False, _failure(done.stdout + done.stderr))
+                return
+        if codes != [0, -9, 0]:
+            report(name, False, f"exit codes {codes} (expected 0, a SIGKILL, 0)")
+            return
+        ref = torch.load(f"{folder}/ref/final.pt", map_location="cpu")
+        got = torch.load(f"{folder}/run/final.pt", map_location="cpu")
+    same = ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
+    report(name, same, f"killed mid-validation (batch 22); resumed weights {'bitwise equal to' if same else 'differ from'} "
+                       "the uninterrupted run's")  # fmt: skip
+
+
 def check_compile_round_trip(device: str) -> None:
     """Check 9: Trainer(compile=True) trains, its checkpoint holds the module's own parameter names, loads into
     an uncompiled module with equal weights and resumes a compiled fit."""
@@ -527,6 +577,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-dry-run", action="store_true", help="run checks 2, 3, 4 and 7 on the CPU")
+    parser.add_argument("--only", choices=("data-resume",), help="run one check only")
     parser.add_argument("--ddp-worker", nargs=2, metavar=("OUTDIR", "ACCELERATOR"), help=argparse.SUPPRESS)
     parser.add_argument("--fsdp-worker", nargs=2, metavar=("OUTDIR", "ACCELERATOR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -544,6 +595,11 @@ def main() -> int:
         return 2
     if device == "cuda":
         print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+    if args.only == "data-resume":
+        sys.path.insert(0, ROOT)
+        check_data_resume(device)
+        return _summary()
+    if device == "cuda":
         for precision in ("32-true", "bf16-mixed", "16-mixed"):
             check_syncs(precision)
         check_syncs("32-true", manual=True)
@@ -555,10 +611,14 @@ def main() -> int:
     check_fsdp(device)
     check_cuda_resume(device)
     check_compile_round_trip(device)
+    check_data_resume(device)
     if device == "cuda":
         check_batch_size_finder()
     check_ecosystem(device)
+    return _summary()
 
+
+def _summary() -> int:
     width = max(len(r[0]) for r in RESULTS)
     for check, outcome, detail in RESULTS:
         print(f"{outcome:4s}  {check:{width}s}  {detail}")
