@@ -67,6 +67,7 @@ class EvaluationLoop:
                     hooks.call_callbacks(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                     hooks.call_module(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                     metrics.on_eval_step_end(self.results)
+                    context.ticks += 1
                     if last:
                         break  # known to be the last: no further fetch just to meet the end
             self.results.dataloader_idx = None
@@ -164,6 +165,7 @@ class PredictionLoop:
                         self._predictions[dl_idx].append(output)
                     hooks.call_callbacks("on_predict_batch_end", output, batch, batch_idx, *extra)
                     hooks.call_module("on_predict_batch_end", output, batch, batch_idx, *extra)
+                    context.ticks += 1
                     if last:
                         break
             hooks.call_callbacks("on_predict_epoch_end")

@@ -99,6 +99,7 @@ class RunContext:
         # batches per optimizer step now; a GradientAccumulationScheduler changes it during fit
         self.accumulate_grad_batches: int = config.accumulate_grad_batches
         self.results: ResultCollection | None = None  # where self.log writes at this moment
+        self.ticks = 0  # evaluation batches and checkpoint saves: progress the hang watchdog sees
         # the profiler that records this trainer's runs (None: nothing is recorded, nothing is paid)
         self.profiler: Any = config.active_profiler
         self.hooks = HookDispatcher(self) if self.profiler is None else ProfilingHookDispatcher(self, self.profiler)

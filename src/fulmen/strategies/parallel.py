@@ -84,6 +84,27 @@ def _thread_states(tasks: str, thread_name: str) -> list[str]:
     return states
 
 
+DEFAULT_HANG_TIMEOUT = timedelta(minutes=10)
+HANG_TIMEOUT_ENV = "FULMEN_HANG_TIMEOUT"
+
+
+def hang_timeout_from_env() -> timedelta | None:
+    """``FULMEN_HANG_TIMEOUT`` in seconds (0: no watchdog); 10 minutes when it is not set."""
+    raw = os.environ.get(HANG_TIMEOUT_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_HANG_TIMEOUT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0:
+        raise MisconfigurationException(
+            f"{HANG_TIMEOUT_ENV}={raw!r}: give the number of seconds a process may make no progress before it is "
+            "ended as hung (e.g. 600), or 0 to switch the hang watchdog off."
+        )
+    return timedelta(seconds=seconds) if seconds > 0 else None
+
+
 class ParallelStrategy(Strategy):
     """One process per device, in a ``torch.distributed`` process group (gloo on CPUs, NCCL on GPUs).
 
@@ -109,6 +130,10 @@ class ParallelStrategy(Strategy):
         self.cluster_plugin = cluster_environment
         self.process_group_backend = process_group_backend
         self.timeout = timeout
+        # how long this process may make no progress before the hang watchdog ends it (utilities/watchdog.py)
+        self.hang_timeout: timedelta | None = hang_timeout_from_env()
+        self.in_collective: str | None = None  # the collective this process is inside (for the hang report)
+        self.collectives_done = 0
         self.num_nodes = 1
         # this node's devices, one per local rank; given here, they win over the Trainer's devices
         self._given_devices = list(parallel_devices) if parallel_devices is not None else None
@@ -302,7 +327,9 @@ class ParallelStrategy(Strategy):
             raise ValueError(f"reduce_op={reduce_op!r}: use 'mean', 'sum', 'max' or 'min'.")
         result = tensor.detach().clone().float() if op in ("mean", "avg") else tensor.detach().clone()
         torch_op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(op, dist.ReduceOp.SUM)
+        self.in_collective = f"all_reduce ({op})"
         dist.all_reduce(result, op=torch_op, group=group)
+        self._left_collective()
         if op in ("mean", "avg"):
             result = (result / dist.get_world_size(group)).to(tensor.dtype)
         return result
@@ -310,22 +337,32 @@ class ParallelStrategy(Strategy):
     def sync_metric(self, tensor: Tensor, reduce_op: str) -> Tensor:
         return self.reduce(tensor, reduce_op=reduce_op)
 
+    def _left_collective(self) -> None:
+        self.in_collective = None
+        self.collectives_done += 1
+
     def barrier(self, name: str | None = None) -> None:
         if dist.is_initialized():
+            self.in_collective = f"barrier ({name})" if name else "barrier"
             dist.barrier()
+            self._left_collective()
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         if not dist.is_initialized():
             return obj
         holder = [obj]
+        self.in_collective = "broadcast"
         dist.broadcast_object_list(holder, src=src)
+        self._left_collective()
         return holder[0]
 
     def gather_objects(self, obj: Any) -> list[Any] | None:
         if not dist.is_initialized():
             return None
         gathered: list[Any] = [None] * dist.get_world_size()
+        self.in_collective = "all_gather_object"
         dist.all_gather_object(gathered, obj)
+        self._left_collective()
         return gathered
 
     def all_gather(self, tensor: Tensor, group: Any = None, sync_grads: bool = False) -> Tensor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -46,6 +47,11 @@ class Strategy:
     """Base strategy: one process, one device. Subclasses add processes and collectives."""
 
     strategy_name = "base"
+    # several processes: how long one may make no progress before the hang watchdog ends it; the collective
+    # it is inside and how many it completed (what the watchdog reads)
+    hang_timeout: timedelta | None = None
+    in_collective: str | None = None
+    collectives_done = 0
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ import torch
 from fulmen.runtime.context import CheckpointRequest
 from fulmen.runtime.data import step_overridden
 from fulmen.runtime.hooks import training_step_takes_optimizer_idx
-from fulmen.runtime.state import RunningStage, TrainerFn, TrainerStatus
+from fulmen.runtime.state import LoopPhase, RunningStage, TrainerFn, TrainerStatus
 from fulmen.trainer import checkpointing
 from fulmen.trainer.connectors import attach_model_callbacks
 from fulmen.trainer.signals import SignalInterrupt, slurm_requeued
@@ -25,6 +25,7 @@ from fulmen.utilities.migration import pl_legacy_patch
 from fulmen.utilities.migration.utils import _pl_migrate_checkpoint
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from fulmen.utilities.warnings import PossibleUserWarning
+from fulmen.utilities.watchdog import HangWatchdog
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -40,6 +41,7 @@ class StageRunner:
         self.context = context
         self.signals = signals
         self._training_state: dict[str, Any] | None = None  # a checkpoint's, restored after on_fit_start
+        self._watchdog: HangWatchdog | None = None  # several processes: ends this one if it hangs
 
     def run(
         self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None = None,
@@ -183,6 +185,7 @@ class StageRunner:
         context, trainer = self.context, self.trainer
         hooks, strategy, config = context.hooks, context.strategy, context.config
         strategy.setup_environment()
+        self._start_watchdog()
         if context.datamodule is not None:
             hooks.call_datamodule("prepare_data")
         hooks.call_module("prepare_data")
@@ -297,6 +300,32 @@ class StageRunner:
         trainer.predictions = trainer.predict_loop.run(loaders, counts, return_predictions)
         return trainer.predictions
 
+    def _start_watchdog(self) -> None:
+        """With several processes, a process that makes no progress for ``strategy.hang_timeout`` reports where
+        it is, with its stack, and ends (``utilities/watchdog.py``), so a hang ends the job within minutes."""
+        context = self.context
+        strategy = context.strategy
+        limit = strategy.hang_timeout
+        if strategy.world_size < 2 or limit is None or self._watchdog is not None:
+            return
+        progress = context.progress
+
+        def advanced() -> tuple[int, int, int, int]:
+            return progress.total_batch_idx, progress.global_step, context.ticks, strategy.collectives_done
+
+        def where() -> str:
+            stage = context.state.stage
+            at = f"{stage.value if stage is not None else 'setting up'}, epoch {progress.current_epoch}, batch {progress.batch_idx}"
+            if strategy.in_collective is not None:
+                return f"{at}, inside the collective {strategy.in_collective}"
+            if stage is RunningStage.TRAINING and progress.phase is LoopPhase.STEP:
+                return f"{at}, in the training step (DDP and FSDP exchange gradients in its backward)"
+            return f"{at}, not inside one of fulmen's collectives"
+
+        name = f"rank {strategy.global_rank} of {strategy.world_size} (pid {os.getpid()})"
+        self._watchdog = HangWatchdog(limit.total_seconds(), advanced, where, name)
+        self._watchdog.start()
+
     def _teardown(self, fn: TrainerFn, interrupted: bool = False) -> None:
         context = self.context
         hooks, stage = context.hooks, fn.value
@@ -308,6 +337,9 @@ class StageRunner:
         for logger in context.loggers:
             logger.finalize("success" if not interrupted else "failed")
         context.strategy.teardown()
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         context.results = None
         self.signals.restore()
         if context.profiler is not None:

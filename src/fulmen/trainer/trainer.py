@@ -549,7 +549,9 @@ class Trainer:
         a ``.safetensors`` path exports the weights only). Without a model: an AttributeError, as in Lightning."""
         from fulmen.trainer.checkpointing import save_checkpoint
 
+        self._context.ticks += 1  # a save is progress too (the hang watchdog's count)
         save_checkpoint(self, filepath, weights_only=bool(weights_only), storage_options=storage_options)
+        self._context.ticks += 1
         self.strategy.barrier("Trainer.save_checkpoint")
 
     def print(self, *args: Any, **kwargs: Any) -> None:

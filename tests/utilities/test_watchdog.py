@@ -1,0 +1,51 @@
+"""The hang watchdog: a process whose progress count stops moving reports where it is and ends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fulmen.utilities.watchdog import HangWatchdog
+
+PROGRAM = textwrap.dedent("""
+    import itertools, time
+    from fulmen.utilities.watchdog import HangWatchdog
+    counter = itertools.count()
+    moving = {moving}
+    dog = HangWatchdog(0.6, (lambda: next(counter)) if moving else (lambda: 0), lambda: "in stage X", "rank 3 of 4", poll=0.1)
+    dog.start()
+    def stuck_here():
+        time.sleep(2.5)
+    stuck_here()
+    dog.stop()
+    print("finished")
+""")
+
+
+def _run(moving: bool) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", PROGRAM.format(moving=moving)], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    return done, time.monotonic() - start
+
+
+def test_no_progress_ends_the_process_with_a_report_and_its_stack():
+    done, took = _run(moving=False)
+    assert done.returncode == 1 and "finished" not in done.stdout
+    assert "fulmen: rank 3 of 4 made no progress for 1 s (the limit is 0.6 s): in stage X." in done.stderr
+    assert "in stuck_here" in done.stderr  # faulthandler's stack of the main thread
+    assert took < 2.5 + 5
+
+
+def test_progress_keeps_the_process_alive():
+    done, _ = _run(moving=True)
+    assert done.returncode == 0 and "finished" in done.stdout and done.stderr == ""
+
+
+def test_a_limit_must_be_positive():
+    with pytest.raises(ValueError, match="timeout=0"):
+        HangWatchdog(0, lambda: 0, lambda: "", "x")
