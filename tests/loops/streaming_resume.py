@@ -120,23 +120,26 @@ def main() -> None:
     parser.add_argument("--kill", type=int)
     parser.add_argument("--ckpt")
     args = parser.parse_args()
-    out: Path = args.out
-    reads = out / f"reads-{args.run}"
+    fit(args.out, args.source, args.run, args.kill, args.ckpt)
+
+
+def fit(out: Path, source: str, run: str, kill: int | None = None, ckpt: str | None = None) -> None:
+    """One run (in this process; the test runs the one it kills in a process of its own)."""
+    reads = out / f"reads-{run}"
     reads.mkdir(exist_ok=True)
     fulmen.seed_everything(0)
-    model = Model(out / f"trained-{args.run}")
+    model = Model(out / f"trained-{run}")
     callbacks: list[Callback] = [
         Epochs(),
-        ModelCheckpoint(dirpath=out / f"ckpt-{args.run}", every_n_train_steps=1, save_top_k=-1, save_last=True),
-        ModelCheckpoint(dirpath=out / f"epochs-{args.run}", every_n_epochs=1, save_top_k=-1,
-                        save_on_train_epoch_end=True),
+        ModelCheckpoint(dirpath=out / f"ckpt-{run}", every_n_train_steps=1, save_top_k=-1, save_last=True),
+        ModelCheckpoint(dirpath=out / f"epochs-{run}", every_n_epochs=1, save_top_k=-1, save_on_train_epoch_end=True),
     ]  # fmt: skip
-    if args.kill is not None:
-        callbacks.insert(0, Kill(args.kill))
+    if kill is not None:
+        callbacks.insert(0, Kill(kill))
     trainer = fulmen.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
                              callbacks=callbacks, default_root_dir=out)  # fmt: skip
-    trainer.fit(model, _loader(args.source, out, _Reads(reads)), ckpt_path=args.ckpt)
-    torch.save(model.state_dict(), out / f"weights-{args.run}.pt")
+    trainer.fit(model, _loader(source, out, _Reads(reads)), ckpt_path=ckpt)
+    torch.save(model.state_dict(), out / f"weights-{run}.pt")
 
 
 if __name__ == "__main__":

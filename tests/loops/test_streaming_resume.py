@@ -14,17 +14,23 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.loops.streaming_resume import fit
+
 SCRIPT = Path(__file__).with_name("streaming_resume.py")
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 16  # per epoch: 64 samples, batches of 4
 
 
-def _run(out: Path, source: str, run: str, *args: str, killed: bool = False) -> None:
+def _run(out: Path, source: str, run: str, ckpt: Path | None = None) -> None:
+    fit(out, source, run, ckpt=str(ckpt) if ckpt else None)
+
+
+def _run_killed(out: Path, source: str, run: str, step: int) -> None:
+    """In a process of its own: SIGKILLed after ``step`` optimizer steps."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), source, run, *args], capture_output=True,
-                          text=True, env=env, timeout=300)  # fmt: skip
-    expected = -signal.SIGKILL if killed else 0
-    assert proc.returncode == expected, (proc.stdout + proc.stderr)[-3000:]
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), source, run, "--kill", str(step)],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, (proc.stdout + proc.stderr)[-3000:]
 
 
 def _trained(out: Path, run: str) -> list[list[int]]:
@@ -62,10 +68,10 @@ def test_a_killed_streaming_run_resumes_without_reading_again(tmp_path, source):
     assert len(reference) == 2 * STEPS
 
     kill = STEPS // 2 + 3  # inside the first epoch
-    _run(tmp_path, source, "killed", "--kill", str(kill), killed=True)
+    _run_killed(tmp_path, source, "killed", kill)
     last = tmp_path / "ckpt-killed" / "last.ckpt"
     written_at = torch.load(last, weights_only=True)["global_step"]
-    _run(tmp_path, source, "resumed", "--ckpt", str(last))
+    _run(tmp_path, source, "resumed", last)
     trained = _trained(tmp_path, "killed")[:written_at] + _trained(tmp_path, "resumed")
     assert trained == reference
     for key, value in _weights(tmp_path, "whole").items():
@@ -78,7 +84,7 @@ def test_a_killed_streaming_run_resumes_without_reading_again(tmp_path, source):
 
     # and from the checkpoint written at the end of the first epoch: the second epoch whole, nothing before it
     at_epoch_end = tmp_path / "epochs-whole" / f"epoch=0-step={STEPS}.ckpt"
-    _run(tmp_path, source, "from-epoch-end", "--ckpt", str(at_epoch_end))
+    _run(tmp_path, source, "from-epoch-end", at_epoch_end)
     assert _trained(tmp_path, "from-epoch-end") == reference[STEPS:]
     reads = _reads(tmp_path, "from-epoch-end")
     if source == "hf-stateful":
