@@ -174,6 +174,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_python_m_fulmen_as_lightning_runs_a_program_and_its_subprocesses(tmp_path):
     out = _run(PROGRAM, "-m", "fulmen.as_lightning", "program.py", "--flag", "1", cwd=tmp_path).stdout
     assert "main builtins:fulmen.trainer.trainer ['--flag', '1']" in out.replace("<class 'type'>", "builtins")

@@ -33,6 +33,7 @@ def _run(moving: bool) -> tuple[subprocess.CompletedProcess[str], float]:
     return done, time.monotonic() - start
 
 
+@pytest.mark.slow
 def test_no_progress_ends_the_process_with_a_report_and_its_stack():
     done, took = _run(moving=False)
     assert done.returncode == 1 and "finished" not in done.stdout
@@ -41,6 +42,7 @@ def test_no_progress_ends_the_process_with_a_report_and_its_stack():
     assert took < 2.5 + 5
 
 
+@pytest.mark.slow
 def test_progress_keeps_the_process_alive():
     done, _ = _run(moving=True)
     assert done.returncode == 0 and "finished" in done.stdout and done.stderr == ""
