@@ -309,6 +309,18 @@ def bench_memory(repeats: int, modules: dict[str, str]) -> None:
 
 
 # -- data loading and precision ---------------------------------------------------------------------------
+def epoch(loader: Any) -> Callable[[], float]:
+    """A run of one epoch over ``loader``, timed (seconds)."""
+
+    def run() -> float:
+        start = time.perf_counter()
+        for _ in loader:
+            pass
+        return time.perf_counter() - start
+
+    return run
+
+
 def bench_loader(repeats: int) -> None:
     from sklearn.datasets import load_digits
 
@@ -316,15 +328,6 @@ def bench_loader(repeats: int) -> None:
 
     x, y = load_digits(return_X_y=True)
     data = TensorDataset(torch.tensor(x, dtype=torch.float32), torch.tensor(y))
-
-    def epoch(loader: Any) -> Callable[[], float]:
-        def run() -> float:
-            start = time.perf_counter()
-            for _ in loader:
-                pass
-            return time.perf_counter() - start
-
-        return run
 
     variants = {
         "DataLoader": epoch(DataLoader(data, batch_size=64, shuffle=True)),
@@ -355,15 +358,6 @@ def bench_sample_seeding(data: TensorDataset, repeats: int) -> None:
 
     plain = DataLoader(Digits(), batch_size=64, shuffle=True)
     seeded = sample_seeded(plain, lambda: 0, seed=0)
-
-    def epoch(loader: Any) -> Callable[[], float]:
-        def run() -> float:
-            start = time.perf_counter()
-            for _ in loader:
-                pass
-            return time.perf_counter() - start
-
-        return run
 
     medians = interleaved({"off": epoch(plain), "on": epoch(seeded)}, repeats * 4)
     batches = len(plain)

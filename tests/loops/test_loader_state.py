@@ -138,7 +138,7 @@ def test_a_crash_inside_training_step_resumes_with_that_batch(tmp_path, make):
     assert stream.reads[:4] == list(range(6 * BATCH, 6 * BATCH + 4))
 
 
-def test_an_iterable_in_worker_processes_is_replayed(tmp_path, caplog):
+def test_an_iterable_in_worker_processes_has_no_position_to_keep():
     """Each worker iterates its own copy of the dataset: the main process's copy has no position to keep."""
     parts = data_parts(DataLoader(Stream(), batch_size=BATCH, num_workers=2))
     assert parts.holders == [] and parts.snapshot_fn() is None

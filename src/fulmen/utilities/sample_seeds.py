@@ -26,6 +26,7 @@ another number of processes (its batches hold other samples).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset, get_worker_info
 
 from fulmen.utilities.data import is_iterable_dataset, with_batch_sampler
+from fulmen.utilities.seed import isolate_rng
 
 _MASK = (1 << 64) - 1
 _SAMPLES_ENV = "PL_SEED_SAMPLES"  # "0": seed_everything(..., samples=False)
@@ -61,28 +63,6 @@ def _seed_generators(seed: int) -> None:
     except ImportError:
         return
     np.random.seed(seed & 0xFFFFFFFF)
-
-
-class _GeneratorStates:
-    """The main process's CPU generators, put back after a batch loaded there."""
-
-    def __init__(self) -> None:
-        self.torch = torch.default_generator.get_state()
-        self.random = random.getstate()
-        try:
-            import numpy as np
-        except ImportError:
-            self.numpy: Any = None
-        else:
-            self.numpy = np.random.get_state()
-
-    def restore(self) -> None:
-        torch.default_generator.set_state(self.torch)
-        random.setstate(self.random)
-        if self.numpy is not None:
-            import numpy as np
-
-            np.random.set_state(self.numpy)
 
 
 class EpochBatch(list[int]):
@@ -126,9 +106,8 @@ class SampleSeededDataset(Dataset[Any]):
 
     def __getitems__(self, indices: list[int]) -> list[Any]:
         epoch = getattr(indices, "epoch", 0)
-        main = get_worker_info() is None
-        saved = _GeneratorStates() if main else None
-        try:
+        # in the main process the training's own generators are put back afterwards; a worker's are its own
+        with isolate_rng(include_cuda=False) if get_worker_info() is None else contextlib.nullcontext():
             if self._batched:
                 _seed_generators(sample_seed(self.seed, epoch, indices[0] if indices else 0))
                 return list(self.dataset.__getitems__(list(indices)))
@@ -137,9 +116,6 @@ class SampleSeededDataset(Dataset[Any]):
                 _seed_generators(sample_seed(self.seed, epoch, index))
                 samples.append(self.dataset[index])
             return samples
-        finally:
-            if saved is not None:
-                saved.restore()
 
 
 def sample_seed_in_use() -> int | None:

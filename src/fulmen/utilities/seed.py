@@ -103,7 +103,7 @@ def capture_rng(include_cuda: bool | None = None) -> dict[str, Any]:
         import numpy as np
 
         kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        state["numpy"] = (str(kind), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss))
+        state["numpy"] = (str(kind), np.asarray(keys).tolist(), int(pos), int(has_gauss), float(gauss))  # plain ints
     except ImportError:  # numpy is optional
         pass
     wanted = include_cuda if include_cuda is not None else torch.cuda.is_initialized()
