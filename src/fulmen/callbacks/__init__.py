@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from fulmen.callbacks.device_stats_monitor import DeviceStatsMonitor
     from fulmen.callbacks.early_stopping import EarlyStopping
     from fulmen.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
+    from fulmen.callbacks.global_batch_size import GlobalBatchSize
     from fulmen.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
     from fulmen.callbacks.lambda_function import LambdaCallback
     from fulmen.callbacks.lr_finder import LearningRateFinder
@@ -47,6 +48,7 @@ _WHERE = {
     "DeviceStatsMonitor": "device_stats_monitor",
     "EMAWeightAveraging": "weight_averaging",
     "EarlyStopping": "early_stopping",
+    "GlobalBatchSize": "global_batch_size",
     "GradientAccumulationScheduler": "gradient_accumulation_scheduler",
     "LambdaCallback": "lambda_function",
     "LearningRateFinder": "lr_finder",
@@ -82,6 +84,7 @@ __all__ = [
     "DeviceStatsMonitor",
     "EMAWeightAveraging",
     "EarlyStopping",
+    "GlobalBatchSize",
     "GradientAccumulationScheduler",
     "LambdaCallback",
     "LearningRateFinder",

@@ -75,9 +75,18 @@ def resume_state(fit: FitLoop) -> dict[str, Any]:
         "should_stop": context.stop.should_stop, "epoch_start_step": progress.epoch_start_step,
         "scheduler_steps": [progress.scheduler_steps.total, progress.scheduler_steps.epoch], "window": window,
         "rng": capture_rng(), "epoch_start_rng": fit.epoch_start_rng if phase in _MID_EPOCH else None,
-        "grads": grads, "callback_metrics": metrics, "data": data_layout(fit.train_dataloader),
+        "grads": grads, "callback_metrics": metrics, "data": _step_layout(fit),
         "epoch_results": _epoch_results(fit) if phase in _MID_EPOCH else None, **data,
     }  # fmt: skip
+
+
+def _step_layout(fit: FitLoop) -> dict[str, Any] | None:
+    """The data layout, with the batches per optimizer step: a run on another number of processes continues
+    the epoch when it trains as many samples per step (``GlobalBatchSize`` keeps that)."""
+    layout = data_layout(fit.train_dataloader)
+    if layout is not None:
+        layout["accumulate"] = fit.context.accumulate_grad_batches
+    return layout
 
 
 def _data_states(fit: FitLoop, phase: LoopPhase) -> dict[str, Any]:
@@ -296,18 +305,22 @@ def restore_epoch(fit: FitLoop, state: dict[str, Any]) -> tuple[PrefetchIterator
     written in still has to end (``TrainingEpochLoop.run``'s ``finish_batch``)."""
     phase = LoopPhase(state["phase"])
     batch_idx = int(state["batch_idx"])
-    fit.context.progress.batch_idx = batch_idx
+    progress = fit.context.progress
+    progress.batch_idx = batch_idx
     epoch_rng = state.get("epoch_start_rng")
     if _restore_data(fit, state):  # the data reads on from where it was: nothing to skip
         batches = fit.make_iterator(epoch_rng=epoch_rng, offset=batch_idx)
     else:
-        loader = _resharded_epoch_loader(fit, state.get("data"), int(state["epoch"]), batch_idx)
-        if loader is not None and state.get("grads") is not None:
+        if state.get("grads") is not None and _resharded(state.get("data"), data_layout(fit.train_dataloader)):
             raise MisconfigurationException(
                 "The checkpoint was written inside a gradient-accumulation window, whose partial gradients are "
                 "each process's own: it resumes exactly only on the number of processes that wrote it. Resume "
                 "it there, or from a checkpoint written after an optimizer step (ModelCheckpoint's)."
             )
+        loader, batch_idx = _resharded_epoch_loader(fit, state.get("data"), int(state["epoch"]), batch_idx)
+        if batch_idx != progress.batch_idx:  # counted in this run's batches, which hold fewer or more samples
+            progress.total_batch_idx += batch_idx - progress.batch_idx
+            progress.batch_idx = batch_idx
         batches = fit.make_iterator(skip=batch_idx, epoch_rng=epoch_rng, loader=loader)
     _restore_point(fit, state)
     _load_epoch_results(fit, state.get("epoch_results"))
@@ -413,18 +426,30 @@ def keep_order(loader: Any, saved: dict[str, Any] | None) -> Any:
     return rebuild_dataloader(loader, sampler=keeper)
 
 
-def _resharded_epoch_loader(fit: FitLoop, saved: dict[str, Any] | None, epoch: int, batch_idx: int) -> Any:
-    """``None`` when the checkpoint was written with this run's data layout (the batches are skipped as
-    usual); otherwise a loader for the rest of the interrupted epoch on this run's processes."""
-    loader = fit.train_dataloader
-    current = data_layout(loader)
-    if saved is None or current is None or batch_idx == 0:
-        return None
+def _resharded(saved: dict[str, Any] | None, current: dict[str, Any] | None) -> bool:
+    """Whether a checkpoint with data layout ``saved`` was written on another number of processes (or drawn
+    its order for another number) than this run's layout ``current``."""
+    if saved is None or current is None:
+        return False
     same = (saved["replicas"], saved["distributed"]) == (current["replicas"], current["distributed"]) and (
         not saved["distributed"] or order_replicas(saved) == order_replicas(current)
     )
-    if same:
-        return None
+    return not same
+
+
+def _resharded_epoch_loader(
+    fit: FitLoop, saved: dict[str, Any] | None, epoch: int, batch_idx: int
+) -> tuple[Any, int]:
+    """``(None, batch_idx)`` when the checkpoint was written with this run's data layout (the batches are
+    skipped as usual); otherwise a loader for the rest of the interrupted epoch on this run's processes, and
+    the batches of this run that the samples already trained make (``batch_idx`` when each batch holds as many
+    samples across the processes as the interrupted run's; otherwise the steps done times this run's
+    accumulation)."""
+    loader = fit.train_dataloader
+    current = data_layout(loader)
+    if batch_idx == 0 or not _resharded(saved, current):
+        return None, batch_idx
+    assert saved is not None and current is not None
     old, new = int(saved["replicas"]), int(current["replicas"])
     where = f"The checkpoint was written {batch_idx} batches into epoch {epoch} by {old} process(es)"
     if not saved["distributed"]:
@@ -434,23 +459,28 @@ def _resharded_epoch_loader(fit: FitLoop, saved: dict[str, Any] | None, epoch: i
             "another number of processes can start with strategy='ddp' or 'fsdp' even on one device: its order "
             "is then a DistributedSampler's, which any number of processes can redraw.)"
         )
-    global_batch, new_global = int(saved["batch_size"]) * old, int(current["batch_size"]) * new
-    if global_batch != new_global:
-        fits = global_batch % new == 0
-        advice = (f"set the DataLoader's batch_size={global_batch // new} per process" if fits else
-                  f"use a number of processes that divides {global_batch}")  # fmt: skip
+    per_batch, new_per_batch = int(saved["batch_size"]) * old, int(current["batch_size"]) * new
+    accumulate, new_accumulate = int(saved.get("accumulate", 1)), fit.context.accumulate_grad_batches
+    step, new_step = per_batch * accumulate, new_per_batch * new_accumulate
+    done = batch_idx * per_batch  # samples of the epoch's global order already trained
+    if per_batch != new_per_batch and (step != new_step or done % new_per_batch):
+        fits = per_batch % new == 0
+        advice = (f"set the DataLoader's batch_size={per_batch // new} per process" if fits else
+                  f"use a number of processes that divides {per_batch}")  # fmt: skip
         raise MisconfigurationException(
-            f"{where} with a global batch of {global_batch} samples ({saved['batch_size']} per process); this run "
-            f"has {new} processes x batch_size={current['batch_size']} = {new_global}. Resuming mid-epoch on "
-            f"another number of processes keeps the global batch, so that each remaining step trains the samples "
-            f"it would have: {advice}, or resume from a checkpoint at an epoch end."
+            f"{where} with a global batch of {step} samples per optimizer step ({saved['batch_size']} per process and batch, "
+            f"{accumulate} batch(es) per step); this run has {new} processes x batch_size={current['batch_size']} x "
+            f"{new_accumulate} = {new_step}. Resuming mid-epoch on another number of processes keeps the samples "
+            f"of each optimizer step, so that each remaining step trains the samples it would have: {advice}, or "
+            f"keep the step's samples with the GlobalBatchSize({step}) callback (it sets the accumulation), or "
+            "resume from a checkpoint at an epoch end."
         )
     dataset = loader.dataset
     if len(dataset) != int(saved["samples"]):
         raise MisconfigurationException(
             f"{where} on a dataset of {saved['samples']} samples; this run's has {len(dataset)}."
         )
-    remaining = _global_order(saved, dataset, epoch)[batch_idx * global_batch :]
+    remaining = _global_order(saved, dataset, epoch)[done:]
     if len(remaining) % new:
         raise MisconfigurationException(
             f"{where}: the {len(remaining)} samples left of the epoch do not share out evenly over {new} "
@@ -459,9 +489,10 @@ def _resharded_epoch_loader(fit: FitLoop, saved: dict[str, Any] | None, epoch: i
         )
     rank = int(getattr(loader.sampler, "rank", 0))
     mine = remaining[rank::new]
-    sampler = _PositionedSampler(batch_idx * int(current["batch_size"]), mine)
+    new_batch_idx = done // new_per_batch
+    sampler = _PositionedSampler(new_batch_idx * int(current["batch_size"]), mine)
     rank_zero_info(
         f"Resuming epoch {epoch} on {new} process(es) (written by {old}): {len(remaining)} samples of its global "
         "order left, shared out in the same order."
     )
-    return rebuild_dataloader(loader, sampler=sampler)
+    return rebuild_dataloader(loader, sampler=sampler), new_batch_idx

@@ -146,7 +146,10 @@ class TrainingEpochLoop:
                 progress.batch_idx += 1
                 break
             self.on_advance_end()
-            if stop.signal is not None:
+            # a signal is acted on once the optimizer step is complete (the end of an accumulation window,
+            # at most accumulate_grad_batches - 1 batches later): the checkpoint then holds no partial
+            # gradients, so it resumes on any number of processes (an elastic restart)
+            if stop.signal is not None and (progress.window.done or not self._automatic):
                 stop.on_signal()  # saves a checkpoint at this batch boundary and unwinds the run
             if self.done():
                 break
