@@ -5,7 +5,8 @@
 KIND:N kills the process (SIGKILL, from inside, so the point is exact) at global batch N (epoch * batches
 per epoch + batch index): ``start`` before the batch runs, ``end`` after its checkpoint, ``val`` in the
 middle of a validation run, ``epoch`` at the end of epoch N, ``save`` halfway through writing a checkpoint; ``term`` and ``int`` send
-SIGTERM / SIGINT instead (handled: the run saves and stops by itself).
+SIGTERM / SIGINT instead (handled: the run saves and stops by itself); valterm:N sends SIGTERM during the
+validation run after global batch N (-1: never; the validation batches are printed).
 The run uses every RNG (torch, numpy, python), dropout, shuffled training and validation data, momentum,
 a step and an epoch scheduler and gradient accumulation (AUGMENT=1: random augmentation in the training
 dataset's ``__getitem__`` too); it prints ``batch N`` as it goes and writes the
@@ -130,6 +131,10 @@ class Killer(Callback):
             self._die()
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if self.kind == "valterm" and not trainer.sanity_checking:
+            print(f"validation {_global_batch(trainer)} {batch_idx}", flush=True)
+            if _global_batch(trainer) == self.n and batch_idx == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
         if (
             self.kind == "val"
             and not trainer.sanity_checking

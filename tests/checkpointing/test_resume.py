@@ -133,17 +133,36 @@ def test_kill_during_save_leaves_previous_checkpoint(tmp_path, reference):
 
 
 @pytest.mark.slow
+def test_sigterm_during_validation_saves_without_finishing_it(tmp_path, reference):
+    """A preemption notice during a (long) validation: the run saves after the validation batch in flight, as of
+    the training batch's end with its validation still to run; the resumed run validates again and ends
+    bitwise equal."""
+    out = tmp_path / "run"
+    result = _run(out, "--kill", "valterm:22")  # batch 22: inside an accumulation window, in epoch 1
+    assert result.returncode == 0, result.stderr[-2000:]
+    validations = [line for line in result.stdout.splitlines() if line.startswith("validation 22")]
+    assert validations == ["validation 22 0", "validation 22 1"], "batches 2 and 3 of 4 are not run"
+    resumed = _run(out, "--resume", "--kill", "valterm:-1")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    # the resumed run validates batch 22's run again, from its first batch
+    assert [line for line in resumed.stdout.splitlines() if line.startswith("validation")][:4] == [
+        f"validation 22 {i}" for i in range(4)
+    ]
+    _assert_bitwise_equal(_weights(out / "final.pt"), reference)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["term", "int"])
 def test_sigterm_and_ctrl_c_save_and_stop_cleanly(tmp_path, reference, kind):
     out = tmp_path / "run"
-    result = _run(out, "--kill", f"{kind}:9")
+    result = _run(out, "--kill", f"{kind}:6")
     # SIGTERM: status 0 (a requeued job resumes); Ctrl-C: status 1, as with Lightning, after the checkpoint
     assert result.returncode == (1 if kind == "int" else 0), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("batch")]
-    # the signal comes as batch 9 opens an accumulation window of 3: the optimizer step in flight (batches
-    # 9-11) finishes, then the run saves and stops
-    assert lines[-1] == "batch 11", lines[-3:]
+    # the signal comes as batch 6 opens an accumulation window of 3: the optimizer step in flight (batches
+    # 6-8) finishes, then the run saves and stops
+    assert lines[-1] == "batch 8", lines[-3:]
     assert "interrupted" not in result.stdout.splitlines()  # fit does not return: the script does not go on
     assert (out / "checkpoints" / "last.ckpt").exists()
     resumed = _run(out, "--resume")

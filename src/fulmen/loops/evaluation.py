@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
 
 
+class ValidationInterrupted(Exception):
+    """A signal (SIGTERM, SLURM's, Ctrl-C) came during a validation run inside fit: the run stops after the
+    current batch instead of finishing a validation that may outlast the notice (see ``TrainingEpochLoop``)."""
+
+
 def no_grad_context(inference_mode: bool) -> contextlib.AbstractContextManager[Any]:
     return torch.inference_mode() if inference_mode else torch.no_grad()
 
@@ -55,6 +60,7 @@ class EvaluationLoop:
             hooks.call_callbacks(f"on_{stage}_epoch_start")
             hooks.call_module(f"on_{stage}_epoch_start")
             fetch = f"[_EvaluationLoop].{'val' if stage == 'validation' else stage}_next"  # Lightning's name
+            stop = context.stop if in_fit and not sanity_checking else None  # a signal interrupts fit's validation
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
                 extra = (dl_idx,) if multiple else ()
                 batches = prefetch_iterator(hooks, fetch, loader, limit)
@@ -68,6 +74,9 @@ class EvaluationLoop:
                     hooks.call_module(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                     metrics.on_eval_step_end(self.results)
                     context.ticks += 1
+                    if stop is not None and stop.signal is not None:
+                        self._restore_modes(module, modes)
+                        raise ValidationInterrupted(stage)
                     if last:
                         break  # known to be the last: no further fetch just to meet the end
             self.results.dataloader_idx = None
@@ -83,10 +92,17 @@ class EvaluationLoop:
             self.results.release_metrics()
             if hooks.module_overrides(f"on_{stage}_model_train") or module is None:
                 hooks.call_module(f"on_{stage}_model_train")
-            else:  # each submodule back in its own mode (one the user froze with .eval() stays in eval)
-                for name, submodule in module.named_modules():
-                    submodule.training = modes.get(name, submodule.training)
+            else:
+                self._restore_modes(module, modes)
         return output_metrics
+
+    @staticmethod
+    def _restore_modes(module: Any, modes: dict[str, bool]) -> None:
+        """Each submodule back in its own mode (one the user froze with .eval() stays in eval)."""
+        if module is None:
+            return
+        for name, submodule in module.named_modules():
+            submodule.training = modes.get(name, submodule.training)
 
 
 class PredictionLoop:

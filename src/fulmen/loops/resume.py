@@ -71,7 +71,7 @@ def resume_state(fit: FitLoop) -> dict[str, Any]:
         "phase": phase.value, "epoch": progress.current_epoch, "global_step": progress.global_step,
         "batch_idx": batch_idx, "total_batch_idx": progress.total_batch_idx,
         "batches_that_stepped": progress.batches_that_stepped, "is_last_batch": epoch_loop.is_last_batch,
-        "val_pending": phase is LoopPhase.BATCH and epoch_loop.should_check_val(),
+        "val_pending": phase is LoopPhase.BATCH and (epoch_loop.validation_interrupted or epoch_loop.should_check_val()),
         "should_stop": context.stop.should_stop, "epoch_start_step": progress.epoch_start_step,
         "scheduler_steps": [progress.scheduler_steps.total, progress.scheduler_steps.epoch], "window": window,
         "rng": capture_rng(), "epoch_start_rng": fit.epoch_start_rng if phase in _MID_EPOCH else None,

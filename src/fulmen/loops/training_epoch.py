@@ -9,8 +9,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from fulmen.loops.evaluation import ValidationInterrupted
 from fulmen.loops.fetcher import PrefetchIterator
 from fulmen.loops.optimization import AutomaticOptimization, ManualOptimization
+from fulmen.runtime.rng import capture_rng, restore_rng
 from fulmen.runtime.state import LoopPhase
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import WarningCache
@@ -56,6 +58,7 @@ class TrainingEpochLoop:
         self._batch_hooks = True
         self._automatic = True
         self._validates = True  # validation can run in this fit at all (else no per-batch schedule check)
+        self.validation_interrupted = False  # a signal stopped this batch's validation: it is still to run
 
     @property
     def is_last_batch(self) -> bool:
@@ -101,6 +104,7 @@ class TrainingEpochLoop:
     def reset_epoch(self) -> None:
         window = self.context.progress.window
         self._is_last_batch = False
+        self.validation_interrupted = False
         window.done, window.pos = True, 0
         self.outputs = []
 
@@ -199,7 +203,18 @@ class TrainingEpochLoop:
             run_validation = self._validates and self.should_check_val()
         if run_validation:
             progress.phase = LoopPhase.VALIDATION
-            self._run_validation()
+            rng = capture_rng()
+            try:
+                self._run_validation()
+            except ValidationInterrupted:
+                # A preemption notice gives seconds, a validation may take minutes: the checkpoint is written
+                # as of this batch's end with its validation still to run, and the resumed run validates from
+                # the same RNG state, as the uninterrupted run did.
+                restore_rng(rng)
+                progress.phase = LoopPhase.BATCH
+                self.validation_interrupted = True
+                context.stop.on_signal()  # saves the checkpoint and unwinds the run
+                raise
         if context.strategy.lr_scheduler_configs:
             self.update_lr_schedulers("step", plateau=True)
         if progress.window.done or not self._automatic:
