@@ -26,6 +26,9 @@
 10. Data pipelines on the device: sample seeding leaves the CUDA generator alone (a batch loaded in the main
    process changes no GPU random number), and the exact-resume run with random augmentation in the dataset,
    two persistent workers, killed with SIGKILL mid-validation and resumed, ends bitwise equal.
+11. AsyncCheckpointIO with CUDA weights: the snapshot lands in pinned host memory, reused from save to save,
+   and holds the weights of the moment of the save; FSDP's sharded checkpoints written in the background (in
+   check 7) equal the synchronous ones.
 
 Prints a table and, when ``$OUT`` is set, writes ``$OUT/gpu_checks.json``. ``--cpu-dry-run`` runs checks 2,
 3, 4 and 7 on the CPU (float16 autocast with a CPU scaler, DDP and FSDP over gloo with two processes) to test the script
@@ -337,11 +340,12 @@ def fsdp_worker(outdir: str, accelerator: str) -> None:
             self.log("loss", loss, on_step=True, on_epoch=True, sync_dist=True)
             return loss
 
-    def run(ckpt_path: str | None = None, precision: str = "32-true", callbacks: list[Any] | None = None) -> Any:
+    def run(ckpt_path: str | None = None, precision: str = "32-true", callbacks: list[Any] | None = None,
+            plugins: list[Any] | None = None) -> Any:  # fmt: skip
         strategy = FSDPStrategy(auto_wrap_policy={nn.Linear}, state_dict_type="sharded")
         trainer = fulmen.Trainer(accelerator=accelerator, devices=devices, strategy=strategy, max_epochs=2,
                                  precision=precision, logger=False, enable_progress_bar=False,
-                                 enable_model_summary=False, callbacks=callbacks or [],
+                                 enable_model_summary=False, callbacks=callbacks or [], plugins=plugins,
                                  enable_checkpointing=bool(callbacks))  # fmt: skip
         model = Quiet()
         trainer.fit(model, indexed_loader(batch_size=4, shuffle=False), ckpt_path=ckpt_path)
@@ -352,6 +356,11 @@ def fsdp_worker(outdir: str, accelerator: str) -> None:
     every_3 = ModelCheckpoint(dirpath=f"{outdir}/ckpt", every_n_train_steps=3, save_top_k=-1)
     trainer, weights = run(callbacks=[every_3, *watch])
     _, resumed = run(ckpt_path=f"{outdir}/ckpt/epoch=0-step=3.ckpt")
+    # the same checkpoints written in the background (AsyncCheckpointIO: DCP's async_save over a gloo group)
+    from fulmen.plugins import AsyncCheckpointIO
+
+    run(callbacks=[ModelCheckpoint(dirpath=f"{outdir}/ckpt_async", every_n_train_steps=3, save_top_k=-1)],
+        plugins=[AsyncCheckpointIO()])  # fmt: skip
     half, _ = run(precision="16-mixed")
     if trainer.is_global_zero:
         backend = torch.distributed.get_backend() if torch.distributed.is_initialized() else "?"
@@ -375,6 +384,8 @@ def check_fsdp(device: str) -> None:
             return
         result = torch.load(f"{outdir}/fsdp.pt", weights_only=True)
         consolidated = load_consolidated(f"{outdir}/ckpt/epoch=0-step=3.ckpt")
+        background = load_consolidated(f"{outdir}/ckpt_async/epoch=0-step=3.ckpt")
+    same_background = all(torch.equal(background["state_dict"][k], v) for k, v in consolidated["state_dict"].items())
     reference = Wide()
     fulmen.Trainer(accelerator=device, devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
                    enable_model_summary=False, enable_checkpointing=False).fit(
@@ -383,10 +394,12 @@ def check_fsdp(device: str) -> None:
     diff = max((result["weights"][k] - v).abs().max().item() for k, v in want.items())
     resumed = max((result["resumed"][k] - v).abs().max().item() for k, v in result["weights"].items())
     ok = diff < 1e-5 and resumed == 0 and consolidated["global_step"] == 3 and result["half_loss"] == result["half_loss"]
+    ok = ok and same_background
     syncs = ", no host sync in the step" if device == "cuda" else ""
     report(name, ok, f"backend {result['backend']}, world {result['world']}, max |w - w_one| = {diff:.2e}, "
                      f"resumed from a sharded checkpoint: max diff {resumed:.1e}, consolidated step "
-                     f"{consolidated['global_step']}, 16-mixed loss {result['half_loss']:.3f}{syncs}")  # fmt: skip
+                     f"{consolidated['global_step']}, written in the background: "
+                     f"{'equal' if same_background else 'DIFFERENT'}, 16-mixed loss {result['half_loss']:.3f}{syncs}")  # fmt: skip
 
 
 def check_cuda_resume(device: str) -> None:
@@ -571,6 +584,48 @@ def check_ecosystem(device: str) -> None:
                "CUDA kernels in the trace" if kernels else "no CUDA kernels (CPU run)")  # fmt: skip
 
 
+def check_async_snapshot() -> None:
+    """AsyncCheckpointIO with CUDA weights: the host copy lands in pinned memory, reused at the next save; the
+    file holds the weights of the moment of the save although a kernel changes them right after (the copy is
+    queued on the weights' stream and the background thread waits for it); the time a save blocks."""
+    import tempfile
+
+    from fulmen.plugins import AsyncCheckpointIO, TorchCheckpointIO
+
+    class Noting(TorchCheckpointIO):
+        def __init__(self) -> None:
+            self.seen: list[tuple[bool, int]] = []
+
+        def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+            weight = checkpoint["state_dict"]["w"]
+            self.seen.append((weight.is_pinned(), weight.data_ptr()))
+            super().save_checkpoint(checkpoint, path, storage_options)
+
+    weight = torch.zeros(64 << 20, device="cuda")  # 256 MB
+    inner = Noting()
+    io = AsyncCheckpointIO(inner)
+    blocked = []
+    with tempfile.TemporaryDirectory() as folder:
+        for step in range(3):
+            weight.fill_(float(step))
+            io.wait()  # the previous write is done: the time below is the snapshot's alone
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            io.save_checkpoint({"state_dict": {"w": weight}}, os.path.join(folder, f"{step}.ckpt"))
+            blocked.append(time.perf_counter() - start)
+            weight.add_(100.0)  # training goes on at once
+        io.teardown()
+        written = [torch.load(os.path.join(folder, f"{step}.ckpt"), weights_only=True)["state_dict"]["w"]
+                   for step in range(3)]  # fmt: skip
+    same = all(torch.equal(w, torch.full_like(w, float(step))) for step, w in enumerate(written))
+    pinned = all(p for p, _ in inner.seen)
+    reused = len({address for _, address in inner.seen}) == 1
+    report("AsyncCheckpointIO snapshot of CUDA weights", same and pinned and reused,
+           f"the files hold the weights of their step: {same}; pinned: {pinned}; one buffer reused: {reused}; "
+           f"blocked {blocked[0] * 1e3:.0f} ms at the first save, {statistics.median(blocked[1:]) * 1e3:.0f} ms "
+           "after (256 MB)")  # fmt: skip
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -614,6 +669,7 @@ def main() -> int:
     check_data_resume(device)
     if device == "cuda":
         check_batch_size_finder()
+        check_async_snapshot()
     check_ecosystem(device)
     return _summary()
 

@@ -13,6 +13,8 @@ row is the median of the repeats, so a slow spell of the machine hits every vari
 - precision: step time of a small convnet with '32-true' and 'bf16-mixed' on the CPU.
 - sharding: DDP vs FSDP on two processes (torchrun, gloo): per-rank model state, peak memory and step time
   (issue 17: the model state per rank about 1/world_size).
+- checkpoint: a 100M-parameter model's checkpoint written synchronously, and the time ``AsyncCheckpointIO``
+  blocks training per save (target: at most 10% of the synchronous save).
 
 Targets (issue 5): overhead <= 5% bare, <= 15% with logging and the progress bar, at most a tenth of
 Lightning's; first step within 0.3 s of plain PyTorch; at most 10 MB of extra memory; the in-memory loader
@@ -456,13 +458,73 @@ def bench_sharding(repeats: int) -> None:
     row(group, "FSDP: step time (batch 32 per rank)", f"{fsdp_step:.0f} ms", f"{fsdp_step / ddp_step:.2f}x of DDP")
 
 
+def bench_checkpoint(repeats: int) -> None:
+    """Checkpoints of a 100.7M-parameter MLP (6 x Linear(4096, 4096), 403 MB of float32; SGD without momentum,
+    so the optimizer adds no state) written to a temporary directory on the local disk: the time a synchronous
+    ``TorchCheckpointIO`` save takes, and the time ``AsyncCheckpointIO`` blocks the training thread per save (the
+    time spent inside ``save_checkpoint``, a wait for the previous save included) when the saves come every 3
+    training steps (batch 32), as they would in a run. The first background save allocates its host buffers; the
+    others reuse them (that row is the median of the later ones)."""
+    from fulmen.plugins import AsyncCheckpointIO, TorchCheckpointIO
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(6)])
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
+    x = torch.randn(BATCH, 4096)
+    params = sum(p.numel() for p in model.parameters())
+
+    def train(steps: int) -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+        return (time.perf_counter() - start) / steps
+
+    def checkpoint() -> dict[str, Any]:
+        return {"state_dict": model.state_dict(), "optimizer_states": [optimizer.state_dict()], "global_step": 0}
+
+    group = f"checkpoint ({params / 1e6:.1f}M-param MLP, {params * 4 / 1e6:.0f} MB)"
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "last.ckpt")
+        sync_io = TorchCheckpointIO()
+        sync: list[float] = []
+        for _ in range(repeats):
+            train(1)
+            gc.collect()
+            start = time.perf_counter()
+            sync_io.save_checkpoint(checkpoint(), path)
+            sync.append(time.perf_counter() - start)
+        quiet = statistics.median(train(1) for _ in range(3))
+        background = AsyncCheckpointIO()
+        blocked: list[float] = []
+        steps: list[float] = []
+        for _ in range(repeats + 1):
+            steps.append(train(3))
+            start = time.perf_counter()
+            background.save_checkpoint(checkpoint(), path)
+            blocked.append(time.perf_counter() - start)
+        background.teardown()
+    base = statistics.median(sync)
+    later = statistics.median(blocked[1:])
+    row(group, "TorchCheckpointIO: save (synchronous)", f"{base * 1e3:.0f} ms")
+    row(group, "AsyncCheckpointIO: training blocked per save", f"{later * 1e3:.0f} ms",
+        f"{later / base:.1%} of the synchronous save", "<= 10%")  # fmt: skip
+    row(group, "AsyncCheckpointIO: the first save (allocates)", f"{blocked[0] * 1e3:.0f} ms",
+        f"{blocked[0] / base:.1%} of the synchronous save")  # fmt: skip
+    row(group, "training step (batch 32), no save running", f"{quiet * 1e3:.0f} ms")
+    row(group, "training step, saves every 3 steps in the background", f"{statistics.median(steps[1:]) * 1e3:.0f} ms",
+        f"{statistics.median(steps[1:]) / quiet:.2f}x")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick", action="store_true", help="one repeat each: a smoke test, not a measurement"
     )
     parser.add_argument(
-        "--only", choices=("overhead", "startup", "memory", "loader", "precision", "sharding"), action="append",
+        "--only", choices=("overhead", "startup", "memory", "loader", "precision", "sharding", "checkpoint"),
+        action="append",
         help="run only these groups (repeatable)",
     )
     parser.add_argument("--no-lightning", action="store_true", help="leave Lightning out of every group")
@@ -484,6 +546,7 @@ def main() -> None:
         "loader": lambda: bench_loader(repeats),
         "precision": lambda: bench_precision(repeats),
         "sharding": lambda: bench_sharding(max(1, repeats // 2)),
+        "checkpoint": lambda: bench_checkpoint(repeats),
     }
     for name, run in groups.items():
         if not args.only or name in args.only:

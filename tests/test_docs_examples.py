@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -189,8 +190,72 @@ def test_as_lightning_example_runs(tmp_path):
     assert out.stdout.rstrip().endswith("fulmen.trainer.trainer 2.6.6 True")
 
 
+def test_saving_in_the_background_example_runs(capsys):
+    _run_first_example("checkpointing.md", after="## Saving in the background")
+    import torch
+
+    assert "32 ['layer.bias', 'layer.weight']" in capsys.readouterr().out.splitlines()
+    assert torch.load("background/last.ckpt", weights_only=True)["global_step"] == 48  # written by the resumed run
+    assert not [p for p in Path("background").iterdir() if p.name.endswith(".tmp")]
+
+
 @pytest.mark.slow
 def test_resuming_data_pipelines_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _run_first_example("checkpointing.md", after="## Resuming data pipelines")
     assert (tmp_path / "stream" / "epoch=0-step=3.ckpt").exists()
+
+
+@pytest.mark.slow
+def test_fault_tolerance_example_saves_mid_validation_under_torchrun_and_resumes(tmp_path):
+    """The elastic example under torchrun: SIGTERM to torchrun during a slow validation saves within a
+    validation batch (not after the whole validation), and the same command then finishes the run."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    source = (DOCS / "fault-tolerance.md").read_text()
+    code = re.search(r"```python\n(.*?)```", source, re.S)
+    assert code is not None
+    (tmp_path / "train.py").write_text(code.group(1))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "PL_"))}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    env.update(PYTHONPATH=str(DOCS.parent / "src"), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=2",
+               "--max-restarts=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+               "--rdzv-conf=last_call_timeout=1", "--monitor-interval=0.5", "train.py"]  # fmt: skip
+    job = subprocess.Popen(command, cwd=tmp_path, env={**env, "SLOW_VALIDATION": "0.5"}, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    lines = []
+    try:
+        assert job.stdout is not None
+        for line in job.stdout:  # the first validation inside the epoch (16 batches of 0.5 s per process)
+            lines.append(line)
+            if line.startswith("validating after step 8"):
+                break
+        time.sleep(1.0)
+        job.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        lines += job.stdout.readlines()
+        job.wait(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        if job.poll() is None:
+            job.kill()
+    output = "".join(lines)
+    assert "Saved checkpoint" in output, output[-3000:]
+    print(f"saved and exited {took:.2f} s after SIGTERM")
+    assert took < 6, f"the save came {took:.1f} s after the signal (the whole validation takes 8 s)"
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == 8
+    resumed = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "validating after step 8" in resumed.stdout  # the interrupted validation runs again
+    assert "finished at step 32" in resumed.stdout

@@ -10,6 +10,7 @@ end of their optimizer step (SIGTERM) and the job continues on 4.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import re
@@ -44,7 +45,7 @@ def _free_port() -> int:
 def _agent(out: Path, port: int, host: bool, name: str, pace: float = 0.25) -> subprocess.Popen:
     """A torchrun agent of a job that may run on 1 or 2 nodes; its own session, so that killing the group is
     losing the whole machine (agent and workers)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "PL_"))}
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", PACE=str(pace),
@@ -112,6 +113,9 @@ def _trajectory(out: Path) -> tuple[dict[int, list[int]], list[tuple[int, int, i
         by_start[row["start"]][row["step"]].append(row)
     began = {start: min(r["time"] for rows in steps.values() for r in rows) for start, steps in by_start.items()}
     order = sorted(by_start, key=began.__getitem__)
+    ended = {start: max(r["time"] for rows in steps.values() for r in rows) for start, steps in by_start.items()}
+    for before, after in itertools.pairwise(order):  # the figures in docs/fault-tolerance.md
+        print(f"{before[0]} -> {after[0]} processes: {began[after] - ended[before]:.1f} s without training")
     steps: dict[int, list[int]] = {}
     for start in order:  # later starts replace the steps they trained again
         world = start[0]
@@ -169,19 +173,25 @@ def _check(out: Path, reference: dict[str, torch.Tensor]) -> list[tuple[int, int
     return starts
 
 
+def _job(out: Path, agents: list[subprocess.Popen], step: int, event, survivors: list[subprocess.Popen]) -> None:
+    """Wait for ``step``, then ``event()`` (a machine lost or joining); the ``survivors`` must end the job."""
+    try:
+        _wait(lambda: _last_step(out) >= step, 120, f"step {step}", agents, out)
+        event()
+        for agent in survivors:
+            assert agent.wait(timeout=150) == 0, f"changed at step {step}\n{_logs(out)}"
+    finally:
+        for agent in agents:
+            _kill(agent)
+
+
 @pytest.mark.slow
 def test_a_lost_node_leaves_the_job_running_on_the_other_with_the_same_weights(tmp_path, reference):
     port = _free_port()
     kill_at = random.randint(2, 8)  # a random step of the 12 (shown in the assertion message if it fails)
     host, other = _agent(tmp_path, port, True, "a"), _agent(tmp_path, port, False, "b")
-    agents = [host, other]
-    try:
-        _wait(lambda: _last_step(tmp_path) >= kill_at, 120, f"step {kill_at} on 4 processes", agents, tmp_path)
-        _kill(other)  # the whole machine: its agent and its 2 workers
-        assert host.wait(timeout=150) == 0, f"killed at step {kill_at}\n{_logs(tmp_path)}"
-    finally:
-        for agent in agents:
-            _kill(agent)
+    # the whole machine lost: its agent and its 2 workers
+    _job(tmp_path, [host, other], kill_at, lambda: _kill(other), survivors=[host])
     starts = _check(tmp_path, reference)
     assert starts[0][0] == 4 and starts[-1][0] == 2, (kill_at, starts)  # began on 2 nodes, ended on 1
 
@@ -191,15 +201,7 @@ def test_a_node_that_joins_makes_the_job_continue_on_both(tmp_path, reference):
     port = _free_port()
     join_at = random.randint(2, 4)
     # slower batches: the joining agent needs seconds to start, and the job must still be training then
-    first = _agent(tmp_path, port, True, "a", pace=0.5)
-    agents = [first]
-    try:
-        _wait(lambda: _last_step(tmp_path) >= join_at, 120, f"step {join_at} on 2 processes", agents, tmp_path)
-        agents.append(_agent(tmp_path, port, False, "b", pace=0.5))
-        for agent in agents:
-            assert agent.wait(timeout=150) == 0, f"joined at step {join_at}\n{_logs(tmp_path)}"
-    finally:
-        for agent in agents:
-            _kill(agent)
+    agents = [_agent(tmp_path, port, True, "a", pace=0.5)]
+    _job(tmp_path, agents, join_at, lambda: agents.append(_agent(tmp_path, port, False, "b", pace=0.5)), agents)
     starts = _check(tmp_path, reference)
     assert starts[0][0] == 2 and starts[-1][0] == 4, (join_at, starts)  # began on 1 node, ended on 2

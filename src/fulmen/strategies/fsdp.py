@@ -38,7 +38,7 @@ from fulmen.utilities.rank_zero import rank_zero_warn
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-    from fulmen.plugins.io import CheckpointIO
+    from fulmen.plugins.io import AsyncCheckpointIO, CheckpointIO
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 STATE_DICT_TYPES = ("full", "sharded")
@@ -87,6 +87,9 @@ class _ShardedRoot(nn.Module):
         self._strategy[0] = strategy
 
 
+# the process group of background sharded saves, with the default group it was made from (see _checkpoint_group)
+_CHECKPOINT_GROUP: tuple[Any, Any] | None = None
+
 # each module's sharded root: FSDP2 shards a module in place and only once, so later stages reuse it
 _ROOTS: weakref.WeakKeyDictionary[nn.Module, _ShardedRoot] = weakref.WeakKeyDictionary()
 
@@ -123,6 +126,7 @@ class ShardedStrategy(ParallelStrategy):
         self.activation_checkpointing_policy: Any = None
         self.kwargs: dict[str, Any] = {}
         self._device_mesh: DeviceMesh | None = None
+        self._checkpoint_stager: Any = None  # DCP's stager of the background sharded saves (AsyncCheckpointIO)
 
     def _build_mesh(self) -> DeviceMesh:
         raise NotImplementedError
@@ -392,15 +396,67 @@ class ShardedStrategy(ParallelStrategy):
             checkpoint["sharded_optimizers"] = len(optimizers)
             for index, state in enumerate(optimizers):
                 tensors[distributed_checkpoint.optimizer_key(index)] = state
-        distributed_checkpoint.save_sharded(
-            tensors, checkpoint if self.is_global_zero else None, filepath, self.is_global_zero, self.barrier
+        io = self._async_checkpoint_io()
+        if io is None:
+            distributed_checkpoint.save_sharded(
+                tensors, checkpoint if self.is_global_zero else None, filepath, self.is_global_zero, self.barrier
+            )
+            return
+        io.wait()  # at most one save in flight, on every rank: the staging buffers are the previous save's
+        meta = io.snapshot(checkpoint) if self.is_global_zero else None  # the trainer may change its dicts
+        complete = distributed_checkpoint.save_sharded_async(
+            tensors, meta, filepath, self.is_global_zero, self.barrier, self._checkpoint_group(), self._stager()
         )
+        io.run_in_background(complete, filepath)
+
+    def _async_checkpoint_io(self) -> AsyncCheckpointIO | None:
+        from fulmen.plugins.io.async_plugin import AsyncCheckpointIO
+
+        io = self.checkpoint_io
+        return io if isinstance(io, AsyncCheckpointIO) else None
+
+    def _checkpoint_group(self) -> Any:
+        """A gloo process group for the background sharded saves alone: their collectives run on DCP's thread
+        while training runs its own on the main one, and two threads must not share a group (the ranks could
+        pair different collectives). DCP's background saves also need a CPU backend, which NCCL runs lack."""
+        global _CHECKPOINT_GROUP
+        world = dist.group.WORLD
+        if _CHECKPOINT_GROUP is None or _CHECKPOINT_GROUP[0] is not world:  # made once per default group
+            # every rank gets here in the same save (sharded saves are collective), so all make it together
+            _CHECKPOINT_GROUP = (world, dist.new_group(backend="gloo", timeout=self.timeout))
+        return _CHECKPOINT_GROUP[1]
+
+    def _stager(self) -> Any:
+        """DCP's stager, kept for the run: it copies the shards into host memory it reuses at the next save
+        (pinned for CUDA tensors). ``None`` on a torch without one: DCP then allocates at every save."""
+        if self._checkpoint_stager is None:
+            try:
+                from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+            except ImportError:  # torch < 2.9
+                return None
+            cuda = self.root_device.type == "cuda"
+            self._checkpoint_stager = DefaultStager(
+                StagingOptions(use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=False,
+                               use_non_blocking_copy=cuda)
+            )  # fmt: skip
+        return self._checkpoint_stager
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()  # waits for the background saves, which read the stager's buffers
+        finally:
+            stager, self._checkpoint_stager = self._checkpoint_stager, None
+            if stager is not None:
+                stager.close()
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         """A sharded directory: the model's shards load straight into the sharded module (from any number of
         processes that wrote it), the optimizers' when they exist; a file: read whole on every rank."""
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
+        io = self._async_checkpoint_io()
+        if io is not None:
+            io.wait()  # a sharded save still being written is read once complete
         module = self._lightning_module
         path = os.fspath(checkpoint_path)
         if not distributed_checkpoint.is_sharded_checkpoint(path) or not isinstance(self._model, _ShardedRoot):
@@ -416,10 +472,22 @@ class ShardedStrategy(ParallelStrategy):
         return checkpoint
 
     def remove_checkpoint(self, filepath: Any) -> None:
+        io = self._async_checkpoint_io()
+        if self.is_global_zero and io is not None and self.state_dict_type == "sharded":
+            # after the save in flight (which may be the one replacing it), and not at all if that failed
+            io.run_in_background(lambda: self._remove_now(io, filepath), filepath, removal=True)
+            return
         if self.is_global_zero and os.path.isdir(os.fspath(filepath)):
             distributed_checkpoint.remove(filepath)
             return
         super().remove_checkpoint(filepath)
+
+    @staticmethod
+    def _remove_now(io: AsyncCheckpointIO, filepath: Any) -> None:
+        if os.path.isdir(os.fspath(filepath)):
+            distributed_checkpoint.remove(filepath)
+        else:  # a file checkpoint of an earlier state_dict_type="full" run
+            io.checkpoint_io.remove_checkpoint(filepath)
 
 
 class FSDPStrategy(ShardedStrategy):

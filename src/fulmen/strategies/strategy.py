@@ -253,6 +253,14 @@ class Strategy:
         if self.is_global_zero:
             self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
+    def raise_failed_checkpoint_save(self) -> None:
+        """Raise the error of a checkpoint save that failed in the background (``AsyncCheckpointIO``) since the
+        last call; nothing when none did. The training loop calls it once per batch, so a lost checkpoint
+        stops the run at the next step instead of going unnoticed until the next save."""
+        raise_failed = getattr(self.checkpoint_io, "raise_failed_save", None)  # a Lightning CheckpointIO has none
+        if raise_failed is not None:
+            raise_failed()
+
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         """The checkpoint at ``checkpoint_path`` as a dict; a sharded (FSDP) checkpoint directory is read whole
         into this process, as ``fulmen consolidate`` would write it (resharding N processes -> 1)."""

@@ -84,6 +84,45 @@ def save_sharded(
     sharded checkpoint ``path``; every rank calls this. See the module docstring for why it is atomic."""
     import torch.distributed.checkpoint as dcp
 
+    partial = _begin(path, is_coordinator, barrier)
+    dcp.save(state, checkpoint_id=partial)  # collective: returns on every rank once .metadata is written
+    if is_coordinator:
+        _complete(partial, Path(path), meta)
+    barrier()
+
+
+def save_sharded_async(
+    state: dict[str, Any], meta: dict[str, Any] | None, path: str | os.PathLike[str], is_coordinator: bool,
+    barrier: Callable[[], None], process_group: Any = None, stager: Any = None,
+) -> Callable[[], None]:  # fmt: skip
+    """:func:`save_sharded` with the writing in the background: ``state`` is copied to host memory (by
+    ``stager``, a DCP ``AsyncStager``, when given: it keeps its buffers from one save to the next) before this
+    returns, then DCP writes it on a thread of its own, with its collectives on ``process_group`` (not the one
+    training uses: two threads must not interleave collectives on one group). Every rank calls this and then
+    the function it returns, on any thread: that one waits until every rank's shards and DCP's ``.metadata``
+    are written, then the coordinator adds ``meta`` and renames the directory into place, as
+    :func:`save_sharded` does. Until then the previous checkpoint under that name stays as it was."""
+    import torch.distributed.checkpoint as dcp
+
+    partial = _begin(path, is_coordinator, barrier)
+    options: dict[str, Any] = {"process_group": process_group}
+    if stager is not None:
+        options["async_stager"] = stager
+    response = dcp.async_save(state, checkpoint_id=partial, **options)
+    # newer torch answers with both futures (staging, writing) when staging itself runs in the background
+    upload: Any = getattr(response, "upload_completion", response)
+
+    def complete() -> None:
+        upload.result()  # DCP's last step, on every rank, comes after the coordinator wrote .metadata
+        if is_coordinator:
+            _complete(partial, Path(path), meta)
+
+    return complete
+
+
+def _begin(path: str | os.PathLike[str], is_coordinator: bool, barrier: Callable[[], None]) -> Path:
+    """Make way for a new sharded save of ``path``: a replacement a kill interrupted is undone, the leftover of
+    a killed save removed. Returns the hidden directory the ranks write into."""
     final = Path(path)
     partial = _sibling(final, _PARTIAL)
     if is_coordinator:
@@ -92,23 +131,26 @@ def save_sharded(
             shutil.rmtree(partial)
         final.parent.mkdir(parents=True, exist_ok=True)
     barrier()
-    dcp.save(state, checkpoint_id=partial)  # collective: returns on every rank once .metadata is written
-    if is_coordinator:
-        checkpoint_io.save(meta or {}, partial / META_FILE)
-        replaced = _sibling(final, _REPLACED)
-        if replaced.exists():
-            shutil.rmtree(replaced)
-        if final.is_dir():
-            os.rename(final, replaced)
-        elif final.exists():  # a file checkpoint of the same name (an earlier state_dict_type="full" run)
-            os.replace(final, replaced)
-        os.rename(partial, final)
-        checkpoint_io.fsync_directory(final.parent)
-        if replaced.is_dir():
-            shutil.rmtree(replaced)
-        elif replaced.exists():
-            os.remove(replaced)
-    barrier()
+    return partial
+
+
+def _complete(partial: Path, final: Path, meta: dict[str, Any] | None) -> None:
+    """The coordinator's end of a sharded save, once every rank's shards are in ``partial``: add ``meta``, then
+    put the directory under its final name (the previous checkpoint aside first, removed last)."""
+    checkpoint_io.save(meta or {}, partial / META_FILE)
+    replaced = _sibling(final, _REPLACED)
+    if replaced.exists():
+        shutil.rmtree(replaced)
+    if final.is_dir():
+        os.rename(final, replaced)
+    elif final.exists():  # a file checkpoint of the same name (an earlier state_dict_type="full" run)
+        os.replace(final, replaced)
+    os.rename(partial, final)
+    checkpoint_io.fsync_directory(final.parent)
+    if replaced.is_dir():
+        shutil.rmtree(replaced)
+    elif replaced.exists():
+        os.remove(replaced)
 
 
 def remove(path: str | os.PathLike[str]) -> None:

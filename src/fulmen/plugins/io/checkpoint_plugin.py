@@ -36,6 +36,12 @@ class CheckpointIO(ABC):
     def teardown(self) -> None:
         """The run ended: finish what is pending."""
 
+    def raise_failed_save(self) -> None:
+        """Raise the error of a save that failed since the last call, if one did (a save still running in the
+        background, e.g. ``AsyncCheckpointIO``'s, is not waited for). A writer that saves before
+        ``save_checkpoint`` returns has nothing to report here: the default does nothing. The training loop
+        calls it at every step (``Strategy.raise_failed_checkpoint_save``), so it must cost next to nothing."""
+
     @classmethod
     def __subclasshook__(cls, subclass: type) -> bool:
         if cls is CheckpointIO and implements_foreign_base(subclass, "CheckpointIO", _INTERFACE):

@@ -59,3 +59,8 @@ class _WrappingCheckpointIO(CheckpointIO):
 
     def teardown(self) -> None:
         self.checkpoint_io.teardown()
+
+    def raise_failed_save(self) -> None:
+        raise_failed = getattr(self.checkpoint_io, "raise_failed_save", None)  # a Lightning writer has none
+        if raise_failed is not None:
+            raise_failed()
