@@ -73,7 +73,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tenso
 
 @pytest.mark.slow
 def test_resume_after_random_sigkills_is_bitwise_exact(tmp_path, reference):
-    points = _kill_points(seed=20261122, count=10)
+    points = _kill_points(seed=20261125, count=6)  # every kind: end, epoch, start, val, save, start
     out = tmp_path / "run"
     for point in points:
         result = _run(out, "--resume", "--kill", point)
@@ -139,7 +139,9 @@ def test_sigterm_during_validation_saves_without_finishing_it(tmp_path, referenc
     bitwise equal."""
     out = tmp_path / "run"
     result = _run(out, "--kill", "valterm:22")  # batch 22: inside an accumulation window, in epoch 1
-    assert result.returncode == 0, result.stderr[-2000:]
+    # status 0 (a requeued job resumes), no traceback
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "interrupted" not in result.stdout.splitlines()  # fit does not return: the script does not go on
     validations = [line for line in result.stdout.splitlines() if line.startswith("validation 22")]
     assert validations == ["validation 22 0", "validation 22 1"], "batches 2 and 3 of 4 are not run"
     resumed = _run(out, "--resume", "--kill", "valterm:-1")
@@ -152,12 +154,12 @@ def test_sigterm_during_validation_saves_without_finishing_it(tmp_path, referenc
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["term", "int"])
-def test_sigterm_and_ctrl_c_save_and_stop_cleanly(tmp_path, reference, kind):
+def test_ctrl_c_saves_at_the_end_of_the_optimizer_step_and_stops_cleanly(tmp_path, reference):
+    """The signal path SIGTERM shares (SIGTERM itself: the test above, status 0)."""
     out = tmp_path / "run"
-    result = _run(out, "--kill", f"{kind}:6")
-    # SIGTERM: status 0 (a requeued job resumes); Ctrl-C: status 1, as with Lightning, after the checkpoint
-    assert result.returncode == (1 if kind == "int" else 0), result.stderr[-2000:]
+    result = _run(out, "--kill", "int:6")
+    # Ctrl-C: status 1, as with Lightning, after the checkpoint
+    assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("batch")]
     # the signal comes as batch 6 opens an accumulation window of 3: the optimizer step in flight (batches
