@@ -34,7 +34,8 @@ class Slow(TorchCheckpointIO):
         self.given: list[weakref.ref[torch.Tensor]] = []
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
-        self.given.append(weakref.ref(checkpoint["state_dict"]["w"]))
+        if "w" in checkpoint["state_dict"]:
+            self.given.append(weakref.ref(checkpoint["state_dict"]["w"]))
         time.sleep(self.delay)
         if self.fail:
             raise OSError(28, "No space left on device")
@@ -140,9 +141,96 @@ def test_fit_stops_at_the_step_after_a_background_save_failed(tmp_path):
     trainer = Trainer(max_steps=40, plugins=[AsyncCheckpointIO(Slow(delay=0.0, fail=True))], logger=False,
                       enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
                       callbacks=[steps, ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=10)])  # fmt: skip
-    with pytest.raises(RuntimeError, match=r"step=10\.ckpt' was not written"):
+    with pytest.raises(RuntimeError, match=r"step=10\.ckpt' was not written \(OSError: \[Errno 28\]"):
         trainer.fit(BoringModel())
     assert steps.trained <= 12, steps.trained  # step 10 saved; stopped at the next (or the one after)
+
+
+def test_a_link_is_made_only_once_its_checkpoint_is_complete_and_never_onto_a_failed_one(tmp_path):
+    inner = Slow(delay=0.2)
+    io = AsyncCheckpointIO(inner)
+    io.save_checkpoint({"state_dict": {"w": torch.ones(3)}}, tmp_path / "a.ckpt")
+    io.link_checkpoint(tmp_path / "a.ckpt", tmp_path / "last.ckpt")
+    assert not os.path.lexists(tmp_path / "last.ckpt"), "the link was made before its checkpoint was written"
+    io.wait()
+    assert os.readlink(tmp_path / "last.ckpt") == "a.ckpt"
+    inner.fail = True
+    io.save_checkpoint({"state_dict": {"w": torch.ones(3)}}, tmp_path / "b.ckpt")
+    io.link_checkpoint(tmp_path / "b.ckpt", tmp_path / "last.ckpt")
+    with pytest.raises(RuntimeError, match=r"b\.ckpt' was not written"):
+        io.wait()
+    assert os.readlink(tmp_path / "last.ckpt") == "a.ckpt"  # still the complete one
+    io.teardown()
+
+
+def test_save_last_link_never_names_a_checkpoint_still_being_written(tmp_path):
+    """``ModelCheckpoint(save_last="link")`` with background saves: at every moment a resume could start,
+    ``last.ckpt`` names a complete file (or does not exist yet)."""
+    from fulmen.callbacks import Callback, ModelCheckpoint
+    from fulmen.demos.boring_classes import BoringModel
+
+    class Watch(Callback):
+        def __init__(self):
+            self.dangling = 0
+
+        def on_train_batch_start(self, *args):
+            last = tmp_path / "last.ckpt"
+            self.dangling += os.path.lexists(last) and not last.exists()
+
+    watch = Watch()
+    trainer = Trainer(max_steps=6, plugins=[AsyncCheckpointIO(Slow(delay=0.05))], logger=False,
+                      enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                      callbacks=[watch, ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_last="link")])  # fmt: skip
+    trainer.fit(BoringModel())
+    assert watch.dangling == 0
+    assert os.readlink(tmp_path / "last.ckpt") == "epoch=0-step=6.ckpt"
+    assert sorted(p.name for p in tmp_path.glob("*.ckpt")) == ["epoch=0-step=6.ckpt", "last.ckpt"]
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 6
+
+
+def test_the_runs_own_error_stays_the_one_raised_when_a_background_save_also_failed(tmp_path, caplog):
+    """A step raises while a failing background write is still running: the user sees their error (the save's
+    is logged and attached as a note), and the teardown still restored the signal handlers."""
+    from fulmen.callbacks import ModelCheckpoint
+    from fulmen.demos.boring_classes import BoringModel
+
+    class Fails(BoringModel):
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 2:
+                raise ValueError("the user's error")
+            return super().training_step(batch, batch_idx)
+
+    before = signal.getsignal(signal.SIGTERM)
+    trainer = Trainer(max_steps=10, plugins=[AsyncCheckpointIO(Slow(delay=0.5, fail=True))], logger=False,
+                      enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                      callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2)])  # fmt: skip
+    with pytest.raises(ValueError, match="the user's error") as raised:
+        trainer.fit(Fails())
+    assert "step=2.ckpt' was not written" in caplog.text
+    if sys.version_info >= (3, 11):
+        assert any("step=2.ckpt' was not written" in note for note in raised.value.__notes__)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_preemption_whose_checkpoint_fails_ends_with_the_save_error(tmp_path):
+    """SIGTERM is a stop meant to leave a checkpoint: when its background write fails, the run ends with that
+    error (not the clean exit that would let a scheduler requeue it believing it saved)."""
+    from fulmen.demos.boring_classes import BoringModel
+
+    class Preempted(BoringModel):
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return super().training_step(batch, batch_idx)
+
+    before = signal.getsignal(signal.SIGTERM)
+    trainer = Trainer(max_steps=10, plugins=[AsyncCheckpointIO(Slow(delay=0.1, fail=True))], logger=False,
+                      enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                      enable_checkpointing=False)  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"interrupted\.ckpt' was not written"):
+        trainer.fit(Preempted())
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert not (tmp_path / "interrupted.ckpt").exists()
 
 
 def test_checkpoint_ios_without_the_method_are_accepted():

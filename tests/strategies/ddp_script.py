@@ -86,6 +86,10 @@ def main(outdir: str) -> None:
             "no_sync_batches": len(blocked),
             "reductions": len(reductions),
         }
+    rank = torch.distributed.get_rank()
+    if os.environ.get("TEST_ONLY_CASES"):  # another way of starting the job: the cases show it trains as one
+        torch.save(results, f"{outdir}/rank{rank}.pt")
+        return
     # a shuffled training loader: DistributedSampler(shuffle=True), reshuffled each epoch (compared with Lightning)
     model = Model()
     ddp_trainer().fit(model, loader(batch_size=4, shuffle=True))
@@ -126,7 +130,6 @@ def main(outdir: str) -> None:
     results["lr_find"] = tuned_learning_rate()
     results["rank_zero"] = rank_zero_run(outdir)
     results["outdir"] = outdir
-    rank = torch.distributed.get_rank()
     torch.save(results, f"{outdir}/rank{rank}.pt")
 
 

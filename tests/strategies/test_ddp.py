@@ -38,25 +38,38 @@ def _free_port_in(low: int, high: int) -> int:
     raise RuntimeError(f"no free port in {low}..{high}")
 
 
+@pytest.fixture(scope="module")
+def ddp_results(tmp_path_factory):
+    """The script's results on both ranks, every scenario, started by torchrun (2 processes, gloo)."""
+    return _launch(tmp_path_factory, "torchrun")
+
+
 @pytest.fixture(scope="module", params=["torchrun", "fulmen", "torchrun, two nodes", "slurm"])
-def ddp_results(tmp_path_factory, request):
-    """The script's results on both ranks: started by torchrun; as a plain script that fulmen's own launcher
-    (Trainer(strategy="ddp", devices=2) outside a launcher) starts again for rank 1; as a simulated
+def launched(request, tmp_path_factory, ddp_results):
+    """The training cases started each way a job starts: by torchrun; as a plain script that fulmen's own
+    launcher (Trainer(strategy="ddp", devices=2) outside a launcher) starts again for rank 1; as a simulated
     two-machine job, two `torchrun --nnodes=2 --node_rank=0|1` launches on 127.0.0.1 with one process each;
-    or as two tasks of a simulated SLURM job (srun's environment variables, no torchrun variables)."""
+    or as two tasks of a simulated SLURM job (srun's environment variables, no torchrun variables). Only the
+    cases run for the other ways: what they change is how the processes find each other."""
+    return ddp_results if request.param == "torchrun" else _launch(tmp_path_factory, request.param, only_cases=True)
+
+
+def _launch(tmp_path_factory, mode: str, only_cases: bool = False) -> list[dict]:
     out = tmp_path_factory.mktemp("ddp")
     script = str(ROOT / "tests" / "strategies" / "ddp_script.py")
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    if only_cases:
+        env["TEST_ONLY_CASES"] = "1"
     for key in [k for k in env if k.startswith("SLURM_")] + ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                                                               "MASTER_ADDR", "MASTER_PORT"]:  # fmt: skip
         env.pop(key, None)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
                 f"--master_port={_free_port()}"]  # fmt: skip
-    if request.param == "torchrun":
+    if mode == "torchrun":
         commands = [[*torchrun, "--nproc_per_node=2", script, str(out)]]
-    elif request.param == "fulmen":
+    elif mode == "fulmen":
         commands = [[sys.executable, script, str(out)]]
-    elif request.param == "slurm":  # what srun --ntasks-per-node=2 sets; the port comes from the job id
+    elif mode == "slurm":  # what srun --ntasks-per-node=2 sets; the port comes from the job id
         port = _free_port_in(20000, 40000)
         env.update(SLURM_JOB_ID=str(port - 20000), SLURM_JOB_NAME="ddp", SLURM_NTASKS="2", SLURM_NODEID="0",
                    SLURM_NTASKS_PER_NODE="2", SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="127.0.0.1")  # fmt: skip
@@ -66,14 +79,14 @@ def ddp_results(tmp_path_factory, request):
         env.update(TEST_DEVICES="1", TEST_NUM_NODES="2")
         commands = [[*torchrun, "--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1", script, str(out)]
                     for node in (0, 1)]  # fmt: skip
-    envs = envs if request.param == "slurm" else [env] * len(commands)
+    envs = envs if mode == "slurm" else [env] * len(commands)
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e, cwd=out)
              for c, e in zip(commands, envs)]  # fmt: skip
     for proc in procs:
         output, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, output[-4000:]
     results = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
-    launcher = {"fulmen": "fulmen", "slurm": "slurm"}.get(request.param, "torchrun")
+    launcher = {"fulmen": "fulmen", "slurm": "slurm"}.get(mode, "torchrun")
     assert all(
         r[case]["launcher"] == launcher for r in results for case in CASES
     )  # whose variables were read
@@ -82,13 +95,13 @@ def ddp_results(tmp_path_factory, request):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
-def test_two_processes_train_like_one_on_the_global_batch(ddp_results, case):
+def test_two_processes_train_like_one_on_the_global_batch(launched, case):
     single = Model()
     trainer = fulmen.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                              enable_model_summary=False, **CASES[case])  # fmt: skip
     trainer.fit(single, loader(batch_size=8))
     for rank in (0, 1):
-        result = ddp_results[rank][case]
+        result = launched[rank][case]
         assert result["strategy"] == "DDPStrategy" and result["world_size"] == 2
         assert result["node_rank"] == (rank if result["num_nodes"] == 2 else 0)
         assert result["samples"] == 64  # half of the 64 samples per epoch, for two epochs

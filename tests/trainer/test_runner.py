@@ -71,3 +71,37 @@ def test_ctrl_c_tears_the_run_down_then_exits_with_status_1(tmp_path):
         trainer.fit(Interrupted())
     assert exited.value.code == 1 and seen == ["KeyboardInterrupt"]
     assert trainer.interrupted
+
+
+def test_a_failing_teardown_hook_is_called_once_and_the_run_still_tears_down(tmp_path):
+    """A teardown hook that raises at the end of a run: the hooks are not called again by the exception path,
+    the loggers are finalized once (as "failed", as Lightning does), the signal handlers are put back, and
+    the hook's error is the one raised."""
+    import signal
+
+    from fulmen.callbacks import Callback
+    from fulmen.loggers import CSVLogger
+
+    calls = []
+
+    class Logger(CSVLogger):
+        def finalize(self, status):
+            super().finalize(status)
+            calls.append(f"finalize:{status}")
+
+    class Hooked(BoringModel):
+        def teardown(self, stage):
+            calls.append("teardown")
+            raise OSError("the teardown hook failed")
+
+    class Watch(Callback):
+        def on_exception(self, trainer, pl_module, exception):
+            calls.append("on_exception")
+
+    before = signal.getsignal(signal.SIGTERM)
+    trainer = fulmen.Trainer(max_steps=2, logger=Logger(tmp_path), enable_checkpointing=False, callbacks=[Watch()],
+                             enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    with pytest.raises(OSError, match="the teardown hook failed"):
+        trainer.fit(Hooked())
+    assert calls == ["teardown", "on_exception", "finalize:failed"]
+    assert signal.getsignal(signal.SIGTERM) == before

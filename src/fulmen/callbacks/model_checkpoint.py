@@ -7,7 +7,6 @@ checkpoint the run resumed from nor anything outside ``dirpath``.
 import contextlib
 import datetime
 import math
-import os
 import re
 import time
 from pathlib import Path
@@ -357,7 +356,9 @@ class ModelCheckpoint(Checkpoint):
             setattr(self, names, path)
         try:
             if names == "last_model_path" and self._link_last():
-                _link(self._last_checkpoint_saved, path)
+                # through the strategy's CheckpointIO: a save still being written in the background is complete
+                # before the link points at it, so last.ckpt never names a file that is not there
+                trainer.strategy.link_checkpoint(self._last_checkpoint_saved, path)
             else:
                 trainer.save_checkpoint(path, self.save_weights_only)
                 for logger in trainer.loggers:  # e.g. MLflow / W&B upload checkpoints (log_model)
@@ -457,7 +458,10 @@ class ModelCheckpoint(Checkpoint):
             return
         if cloud_io.dirname(real) != cloud_io.normalize(self.dirpath):
             return
-        if real in {cloud_io.normalize(p) for p in (self.best_model_path, self.last_model_path) if p}:
+        # with save_last="link", last.ckpt names the newest top-k file: read from the callback, not the disk,
+        # where a link queued behind a background save may still name the file being retired
+        last = self._last_checkpoint_saved if self._link_last() else self.last_model_path
+        if real in {cloud_io.normalize(p) for p in (self.best_model_path, last) if p}:
             return
         trainer.strategy.remove_checkpoint(path)  # through its CheckpointIO: after a pending async save
 
@@ -489,19 +493,6 @@ def _remove_stale_temporaries(dirpath: str) -> None:
         if _TEMPORARY.match(name) and name.count(".") >= 3:
             with contextlib.suppress(OSError):
                 cloud_io.remove(cloud_io.join(dirpath, name))
-
-
-def _link(target: str, link: str) -> None:
-    """Point ``link`` at ``target`` atomically (a temporary symlink renamed over the old one). Object stores
-    have no links: there ``link`` becomes a copy of ``target``."""
-    if cloud_io.is_remote(link):
-        cloud_io.copy(target, link)
-        return
-    tmp = f"{link}.tmp-link-{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(tmp)
-    os.symlink(os.path.relpath(target, os.path.dirname(link) or "."), tmp)
-    os.replace(tmp, link)
 
 
 def _plain(value: Any) -> Any:

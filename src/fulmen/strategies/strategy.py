@@ -19,7 +19,7 @@ from fulmen.accelerators import Accelerator
 from fulmen.core.optimizer import LightningOptimizer, unwrap_optimizer
 from fulmen.core.optimizers import LRSchedulerConfig, parse_configure_optimizers
 from fulmen.precision import Precision
-from fulmen.utilities import distributed_checkpoint
+from fulmen.utilities import cloud_io, distributed_checkpoint
 from fulmen.utilities.apply_func import move_data_to_device
 from fulmen.utilities.exceptions import MisconfigurationException
 
@@ -301,6 +301,19 @@ class Strategy:
     def remove_checkpoint(self, filepath: Any) -> None:
         if self.is_global_zero:
             self.checkpoint_io.remove_checkpoint(filepath)
+
+    def link_checkpoint(self, target: Any, link: Any) -> None:
+        """Point ``link`` at the checkpoint ``target`` (``ModelCheckpoint(save_last="link")``), on global rank
+        zero, which wrote ``target``. Through the ``CheckpointIO``, so that a writer saving in the background
+        makes the link only once ``target`` is complete; one without the method (written for Lightning) saves
+        before returning, and the link is made at once."""
+        if not self.is_global_zero:
+            return
+        link_checkpoint = getattr(self.checkpoint_io, "link_checkpoint", None)
+        if link_checkpoint is not None:
+            link_checkpoint(target, link)
+        else:
+            cloud_io.link(target, link)
 
     def on_exception(self, exception: BaseException) -> None:
         """The run raised ``exception`` (not an interrupt); called before the callbacks hear of it."""

@@ -7,6 +7,7 @@ processes), which calls :meth:`StageRunner.run` in each process.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from fulmen.trainer.signals import SignalConnector
     from fulmen.trainer.trainer import Trainer
 
+_log = logging.getLogger(__name__)
+
 
 class StageRunner:
     def __init__(self, trainer: Trainer, context: RunContext, signals: SignalConnector) -> None:
@@ -42,6 +45,7 @@ class StageRunner:
         self.signals = signals
         self._training_state: dict[str, Any] | None = None  # a checkpoint's, restored after on_fit_start
         self._watchdog: HangWatchdog | None = None  # several processes: ends this one if it hangs
+        self._torn_down: set[str] = set()  # the parts of the stage's teardown already run (each runs once)
 
     def run(
         self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None = None,
@@ -91,6 +95,7 @@ class StageRunner:
         context.checkpoint_request = CheckpointRequest(ckpt_path, weights_only is not False)
         if fn == TrainerFn.FITTING:
             self.signals.install()
+        self._torn_down = set()
         try:
             self._setup(model, fn)
             result: Any = None
@@ -114,7 +119,7 @@ class StageRunner:
                 strategy.on_exception(exception)  # e.g. DDP: name the rank, release the other ranks
             hooks.call_callbacks("on_exception", exception)
             hooks.call_datamodule("on_exception", exception)
-            self._teardown(fn, interrupted=True)
+            self._teardown_after(exception, fn)
             if isinstance(exception, SignalInterrupt):
                 self.signals.after_teardown(exception)
                 return None
@@ -327,23 +332,91 @@ class StageRunner:
         self._watchdog.start()
 
     def _teardown(self, fn: TrainerFn, interrupted: bool = False) -> None:
+        """The stage's teardown hooks, the loggers' finalize, the strategy's teardown (process group, pending
+        background checkpoint saves), then the watchdog, signal handlers and profiler report.
+
+        Each part runs once: when one raises at the end of a run that went well, the exception path calls this
+        again and only the parts not yet run follow (no hook is called twice). Within a call every part runs
+        even when one before it raised (a failing hook must not leave the logs unflushed or the signal handlers
+        installed), and the first error is raised once all ran; except that a failing teardown hook of a run
+        that went well stops here, so that the loggers are finalized once, as ``"failed"``."""
         context = self.context
         hooks, stage = context.hooks, fn.value
-        if context.datamodule is not None:
-            hooks.call_datamodule("teardown", stage=stage)
-        hooks.call_callbacks("teardown", stage=stage)
-        hooks.call_module("teardown", stage=stage)
-        self.trainer.fit_loop.teardown()
-        for logger in context.loggers:
-            logger.finalize("success" if not interrupted else "failed")
-        context.strategy.teardown()
+        errors = _FirstError()
+        if self._once("hooks"):
+            if context.datamodule is not None:
+                with errors:
+                    hooks.call_datamodule("teardown", stage=stage)
+            with errors:
+                hooks.call_callbacks("teardown", stage=stage)
+            with errors:
+                hooks.call_module("teardown", stage=stage)
+            if not interrupted:
+                errors.raise_first()
+        if self._once("loop"):
+            with errors:
+                self.trainer.fit_loop.teardown()
+        if self._once("loggers"):
+            for logger in context.loggers:
+                with errors:
+                    logger.finalize("success" if not interrupted else "failed")
+        if self._once("strategy"):
+            with errors:
+                context.strategy.teardown()
         if self._watchdog is not None:
             self._watchdog.stop()
             self._watchdog = None
         context.results = None
         self.signals.restore()
-        if context.profiler is not None:
-            context.profiler.describe()  # the report: a file per stage (and rank), or printed on rank zero
+        if context.profiler is not None and self._once("profiler"):
+            with errors:
+                context.profiler.describe()  # the report: a file per stage (and rank), or printed on rank zero
+        errors.raise_first()
+
+    def _once(self, part: str) -> bool:
+        """Whether teardown's ``part`` is still to run (it counts as run from now on)."""
+        if part in self._torn_down:
+            return False
+        self._torn_down.add(part)
+        return True
+
+    def _teardown_after(self, exception: BaseException, fn: TrainerFn) -> None:
+        """Teardown of a run that ``exception`` ended. An error of the teardown itself (a background checkpoint
+        save that failed, a ``teardown`` hook) is raised in place of a stop the user asked for (Ctrl-C, a
+        preemption signal): that stop was to leave a checkpoint, and it did not. Any other ``exception`` is the
+        run's cause and stays the one raised; the teardown error is logged and attached to it as a note."""
+        try:
+            self._teardown(fn, interrupted=True)
+        except Exception as teardown_error:
+            if isinstance(exception, (SignalInterrupt, KeyboardInterrupt)):
+                raise
+            message = f"The teardown after the error failed too: {type(teardown_error).__name__}: {teardown_error}"
+            _log.error(message, exc_info=teardown_error)
+            if hasattr(exception, "add_note"):  # Python >= 3.11: shown under the traceback
+                exception.add_note(message)
+
+
+class _FirstError:
+    """A context manager that keeps the first ``Exception`` raised in any of its blocks and lets the code after
+    the block run; :meth:`raise_first` raises it. (``KeyboardInterrupt`` and ``SystemExit`` pass through.)"""
+
+    def __init__(self) -> None:
+        self.error: Exception | None = None
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> bool:
+        if isinstance(error, Exception):
+            if self.error is None:
+                self.error = error
+            return True
+        return False
+
+    def raise_first(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
 
 
 def _automatic_resume(callbacks: list[Any]) -> str | None:

@@ -168,6 +168,27 @@ def copy(source: _PathLike, target: _PathLike) -> None:
     write_remote(target, lambda f: f.write(data))
 
 
+def link(target: _PathLike, link_path: _PathLike) -> None:
+    """Point ``link_path`` at ``target`` atomically: a temporary relative symlink renamed over the old one, so a
+    reader finds the old target or the new one, never no file. Object stores have no links: there ``link_path``
+    becomes a copy of ``target``."""
+    if is_remote(link_path):
+        copy(target, link_path)
+        return
+    link_path, target = local(link_path), local(target)
+    if os.path.abspath(link_path) == os.path.abspath(target):
+        return  # a link to itself would replace the file with a loop
+    tmp = f"{link_path}.tmp-link-{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(tmp)
+    try:
+        os.symlink(os.path.relpath(target, os.path.dirname(link_path) or "."), tmp)
+    except OSError:  # a filesystem without links (or Windows without the right to make them): a copy
+        copy(target, link_path)
+        return
+    os.replace(tmp, link_path)
+
+
 def write_remote(path: _PathLike, write: Callable[[io.BufferedIOBase], object]) -> None:
     """``write(f)`` into memory, upload under a temporary name in the same directory, move into place.
 

@@ -8,7 +8,7 @@ import functools
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 
@@ -20,10 +20,13 @@ _Path = str | os.PathLike[str]
 _BufferKey = tuple[tuple[int, ...], torch.dtype, bool]  # shape, dtype, pinned
 
 
+_Kind = Literal["save", "removal", "link"]
+
+
 class _Failure(NamedTuple):
     error: BaseException
     path: str
-    removal: bool
+    kind: _Kind
 
 
 class AsyncCheckpointIO(_WrappingCheckpointIO):
@@ -35,9 +38,10 @@ class AsyncCheckpointIO(_WrappingCheckpointIO):
       blocks training for a memory copy only (pinned memory for CUDA tensors).
     - At most one save is in flight: a save that comes while the previous one is still being written waits for
       it first. Memory holds one host copy of the checkpoint at most, and saves land in order.
-    - Saves and removals run in order on one thread: a rotated-out checkpoint is removed only after the
+    - Saves, removals and links run in order on one thread: a rotated-out checkpoint is removed only after the
       checkpoint replacing it is complete (each write is atomic, so the previous file stays loadable until
-      then), and not at all if that save failed.
+      then), and not at all if that save failed; ``save_last="link"`` moves ``last.ckpt`` onto a checkpoint
+      only once it is complete, and not at all if it failed.
     - A failed save is never lost: its error is raised by :meth:`raise_failed_save` (the training loop calls it
       through the strategy at every step), by the next ``save_checkpoint``, by a load, or when the run ends
       (``teardown``), whichever comes first.
@@ -61,22 +65,25 @@ class AsyncCheckpointIO(_WrappingCheckpointIO):
         """Run ``work`` on the background thread after everything submitted before it: a save (or with
         ``removal=True`` a removal) of ``path``. Its error is kept and raised as a failed save's. Strategies that
         write checkpoints their own way (sharded checkpoints) hand their background part over through this."""
+        self._submit(work, path, "removal" if removal else "save")
+
+    def _submit(self, work: Callable[[], object], path: _Path, kind: _Kind) -> None:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fulmen-checkpoint")
         events = self._host.take_events()
-        self._pending = self._executor.submit(self._run, work, os.fspath(path), removal, events)
+        self._pending = self._executor.submit(self._run, work, os.fspath(path), kind, events)
 
-    def _run(self, work: Callable[[], object], path: str, removal: bool, events: list[Any]) -> None:
-        if removal and self._save_failed:
-            return  # a save before this failed: keep the file it was to replace
+    def _run(self, work: Callable[[], object], path: str, kind: _Kind, events: list[Any]) -> None:
+        if kind != "save" and self._save_failed:
+            return  # a save before this failed: keep the file it was to replace, and links on complete files
         try:
             for event in events:  # the copies from the GPU into pinned memory have landed
                 event.synchronize()
             work()
         except BaseException as err:  # kept for the training thread: raised there, never swallowed
-            self._save_failed = self._save_failed or not removal
+            self._save_failed = self._save_failed or kind == "save"
             if self._error is None:
-                self._error = _Failure(err, path, removal)
+                self._error = _Failure(err, path, kind)
 
     def raise_failed_save(self) -> None:
         # one attribute read when nothing failed: the training loop calls this at every step
@@ -88,10 +95,15 @@ class AsyncCheckpointIO(_WrappingCheckpointIO):
         if failure is None:
             return
         error = failure.error
-        if failure.removal:
+        if failure.kind == "removal":
             raise RuntimeError(
                 f"An asynchronous checkpoint removal failed: {failure.path!r} was not removed "
                 f"({type(error).__name__}: {error})."
+            ) from error
+        if failure.kind == "link":
+            raise RuntimeError(
+                f"An asynchronous checkpoint link failed: {failure.path!r} was not moved onto the new checkpoint "
+                f"({type(error).__name__}: {error}); it still names the previous one (if any)."
             ) from error
         raise RuntimeError(
             f"An asynchronous checkpoint save failed: {failure.path!r} was not written ({type(error).__name__}: "
@@ -126,6 +138,10 @@ class AsyncCheckpointIO(_WrappingCheckpointIO):
 
     def remove_checkpoint(self, path: _Path) -> None:
         self.run_in_background(functools.partial(self.checkpoint_io.remove_checkpoint, path), path, removal=True)
+
+    def link_checkpoint(self, target: _Path, link: _Path) -> None:
+        # after the save of ``target`` (queued before): the link never names a file still being written
+        self._submit(functools.partial(super().link_checkpoint, target, link), link, "link")
 
     def teardown(self) -> None:
         try:

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from fulmen.plugins._interop import implements_foreign_base
+from fulmen.utilities import cloud_io
 
 _Path = str | os.PathLike[str]
 _INTERFACE = ("save_checkpoint", "load_checkpoint", "remove_checkpoint", "teardown")
@@ -35,6 +36,12 @@ class CheckpointIO(ABC):
 
     def teardown(self) -> None:
         """The run ended: finish what is pending."""
+
+    def link_checkpoint(self, target: _Path, link: _Path) -> None:
+        """Make ``link`` name the checkpoint ``target`` (``ModelCheckpoint(save_last="link")``): an atomic
+        symlink on a local disk, a copy on an object store. ``target`` was saved through this writer; one that
+        saves in the background makes the link only once ``target`` is complete."""
+        cloud_io.link(target, link)
 
     def raise_failed_save(self) -> None:
         """Raise the error of a save that failed since the last call, if one did (a save still running in the

@@ -60,6 +60,13 @@ class _WrappingCheckpointIO(CheckpointIO):
     def teardown(self) -> None:
         self.checkpoint_io.teardown()
 
+    def link_checkpoint(self, target: Any, link: Any) -> None:
+        link_checkpoint = getattr(self.checkpoint_io, "link_checkpoint", None)  # a Lightning writer has none
+        if link_checkpoint is not None:
+            link_checkpoint(target, link)
+        else:
+            super().link_checkpoint(target, link)
+
     def raise_failed_save(self) -> None:
         raise_failed = getattr(self.checkpoint_io, "raise_failed_save", None)  # a Lightning writer has none
         if raise_failed is not None:
