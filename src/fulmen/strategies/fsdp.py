@@ -38,6 +38,7 @@ from fulmen.utilities.rank_zero import rank_zero_warn
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
+    from fulmen.core.module import LightningModule
     from fulmen.plugins.io import AsyncCheckpointIO, CheckpointIO
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -127,6 +128,9 @@ class ShardedStrategy(ParallelStrategy):
         self.kwargs: dict[str, Any] = {}
         self._device_mesh: DeviceMesh | None = None
         self._checkpoint_stager: Any = None  # DCP's stager of the background sharded saves (AsyncCheckpointIO)
+        # the sharded root around the module once setup() sharded it (None before): the steps run through it,
+        # and checkpoints are gathered from (and loaded into) the shards only then
+        self._sharded_root: _ShardedRoot | None = None
 
     def _build_mesh(self) -> DeviceMesh:
         raise NotImplementedError
@@ -170,13 +174,17 @@ class ShardedStrategy(ParallelStrategy):
         stack.enter_context(self.precision_plugin.module_init_context())
         return stack
 
+    def connect(self, model: LightningModule) -> None:
+        super().connect(model)
+        self._sharded_root = None  # until setup() shards it (or finds it sharded)
+
     def setup(self, trainer: Any = None) -> None:
         module = self._lightning_module
         assert module is not None
         root = _ROOTS.get(module)
         if root is not None:  # sharded by an earlier stage (FSDP2 changes the module in place, once)
             root.attach(self)
-            self._model = root
+            self._model = self._sharded_root = root
             return
         self.precision_plugin.convert_module(module)  # '-true' precisions: the dtype the shards keep
         # e.g. SyncBatchNorm: the layers are swapped before sharding, so the shards hold the synced layers; the
@@ -196,7 +204,7 @@ class ShardedStrategy(ParallelStrategy):
         if _on_meta(root):
             _materialise(root, self._root_device if not self.cpu_offload else torch.device("cpu"))
         _ROOTS[module] = root
-        self._model = root
+        self._model = self._sharded_root = root
         self._adapt_scaler()
 
     def _fully_shard_kwargs(self) -> dict[str, Any]:
@@ -301,8 +309,8 @@ class ShardedStrategy(ParallelStrategy):
         return self._hooks.call_module(step, *args, **kwargs)
 
     def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        root = self._model
-        if not isinstance(root, _ShardedRoot):  # before setup
+        root = self._sharded_root
+        if root is None:  # before setup
             return super()._step(name, *args, **kwargs)
         with self.precision_plugin.forward_context():
             return root(name, *args, **kwargs)
@@ -312,8 +320,8 @@ class ShardedStrategy(ParallelStrategy):
 
     def block_backward_sync(self) -> contextlib.AbstractContextManager[Any]:
         """Accumulating batches: gradients stay unreduced (and unsharded) until the window's last batch."""
-        root = self._model
-        if isinstance(root, _ShardedRoot):
+        root = self._sharded_root
+        if root is not None:
             return _no_gradient_sync(root)
         return contextlib.nullcontext()
 
@@ -331,7 +339,7 @@ class ShardedStrategy(ParallelStrategy):
         module = self._lightning_module
         if module is None:
             return {}
-        if not isinstance(self._model, _ShardedRoot):
+        if self._sharded_root is None:
             return module.state_dict()
         return get_model_state_dict(module, options=self._options(self.state_dict_type == "full"))
 
@@ -341,7 +349,7 @@ class ShardedStrategy(ParallelStrategy):
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         module = self._lightning_module
-        if module is None or not isinstance(self._model, _ShardedRoot):
+        if module is None or self._sharded_root is None:
             return optimizer.state_dict()
         full = self.state_dict_type == "full"
         state = get_optimizer_state_dict(module, optimizer, options=self._options(full))
@@ -353,7 +361,7 @@ class ShardedStrategy(ParallelStrategy):
 
         module = self._lightning_module
         assert module is not None
-        if not isinstance(self._model, _ShardedRoot):
+        if self._sharded_root is None:
             module.load_state_dict(state_dict, strict=strict)
             return
         whole = not any(isinstance(v, DTensor) for v in state_dict.values())
@@ -363,7 +371,7 @@ class ShardedStrategy(ParallelStrategy):
         from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
         module = self._lightning_module
-        if module is None or not isinstance(self._model, _ShardedRoot):
+        if module is None or self._sharded_root is None:
             super().load_optimizer_states(states, optimizers)
             return
         names = _parameter_names(module)
@@ -459,7 +467,7 @@ class ShardedStrategy(ParallelStrategy):
             io.wait()  # a sharded save still being written is read once complete
         module = self._lightning_module
         path = os.fspath(checkpoint_path)
-        if not distributed_checkpoint.is_sharded_checkpoint(path) or not isinstance(self._model, _ShardedRoot):
+        if not distributed_checkpoint.is_sharded_checkpoint(path) or self._sharded_root is None:
             return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
         assert module is not None
         checkpoint = dict(distributed_checkpoint.read_meta(path))

@@ -321,11 +321,18 @@ class Strategy:
     def prepare_for_tuning(self) -> None:
         """What a tuner run before fit needs set up (several processes: their process group)."""
 
+    def _current_plan(self, hooks: HookDispatcher) -> _StepPlan:
+        """The step plan for ``hooks`` as they are now: the cached one, or a new one when the dispatcher was
+        reset since (a new run, new callbacks or module). The hot loop reads the plan's fields instead of
+        asking the dispatcher at every step."""
+        plan = self._plan
+        if plan is None or plan.generation != hooks.generation:
+            plan = self._plan = self._step_plan(hooks)
+        return plan
+
     def _step_plan(self, hooks: HookDispatcher) -> _StepPlan:
-        """Recomputed when the dispatcher was reset (a new run, new callbacks or module); the hot loop reads
-        the cached tuple's fields instead of asking the dispatcher at every step."""
         precision = type(self.precision_plugin)
-        plan = self._plan = _StepPlan(
+        return _StepPlan(
             generation=hooks.generation,
             default_transfer=hooks.transfer_is_default(),
             keeps_inputs=precision.convert_input is Precision.convert_input,
@@ -335,7 +342,6 @@ class Strategy:
             nothing_after_closure=not self._clip_val
             and hooks.defaults_only("on_before_optimizer_step", "configure_gradient_clipping"),
         )  # fmt: skip
-        return plan
 
     # -- data ------------------------------------------------------------------------------------------
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
@@ -344,9 +350,7 @@ class Strategy:
         if hooks is None or self._lightning_module is None:
             batch = move_data_to_device(batch, device)
             return self.precision_plugin.convert_input(batch)
-        plan = self._plan
-        if plan is None or plan.generation != hooks.generation:
-            plan = self._step_plan(hooks)
+        plan = self._current_plan(hooks)
         if plan.default_transfer:
             batch = move_data_to_device(batch, device)
         else:
@@ -385,9 +389,7 @@ class Strategy:
         """on_before_backward → module.backward (scaled loss) → on_after_backward."""
         hooks = self._hooks
         assert hooks is not None
-        plan = self._plan
-        if plan is None or plan.generation != hooks.generation:
-            plan = self._step_plan(hooks)
+        plan = self._current_plan(hooks)
         if plan.inline_backward and not args and not kwargs:  # the default hooks, inline
             (loss if plan.plain_backward else self.precision_plugin.pre_backward(loss)).backward()
             return loss
@@ -408,12 +410,8 @@ class Strategy:
         after: Callable[[Optimizer], None] | None = self._after_closure
         if hooks is None:
             after = None
-        else:
-            plan = self._plan
-            if plan is None or plan.generation != hooks.generation:
-                plan = self._step_plan(hooks)
-            if plan.nothing_after_closure:
-                after = None  # no hook to call and nothing to clip between backward and the step
+        elif self._current_plan(hooks).nothing_after_closure:
+            after = None  # no hook to call and nothing to clip between backward and the step
         return self.precision_plugin.optimizer_step(optimizer, closure, after, **kwargs)
 
     def _after_closure(self, optimizer: Optimizer) -> None:
