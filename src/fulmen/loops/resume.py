@@ -311,13 +311,14 @@ def restore_epoch(fit: FitLoop, state: dict[str, Any]) -> tuple[PrefetchIterator
     if _restore_data(fit, state):  # the data reads on from where it was: nothing to skip
         batches = fit.make_iterator(epoch_rng=epoch_rng, offset=batch_idx)
     else:
-        if state.get("grads") is not None and _resharded(state.get("data"), data_layout(fit.train_dataloader)):
+        saved, current = state.get("data"), data_layout(fit.train_dataloader)
+        if state.get("grads") is not None and _resharded(saved, current):
             raise MisconfigurationException(
                 "The checkpoint was written inside a gradient-accumulation window, whose partial gradients are "
                 "each process's own: it resumes exactly only on the number of processes that wrote it. Resume "
                 "it there, or from a checkpoint written after an optimizer step (ModelCheckpoint's)."
             )
-        loader, batch_idx = _resharded_epoch_loader(fit, state.get("data"), int(state["epoch"]), batch_idx)
+        loader, batch_idx = _resharded_epoch_loader(fit, saved, current, int(state["epoch"]), batch_idx)
         if batch_idx != progress.batch_idx:  # counted in this run's batches, which hold fewer or more samples
             progress.total_batch_idx += batch_idx - progress.batch_idx
             progress.batch_idx = batch_idx
@@ -438,15 +439,14 @@ def _resharded(saved: dict[str, Any] | None, current: dict[str, Any] | None) -> 
 
 
 def _resharded_epoch_loader(
-    fit: FitLoop, saved: dict[str, Any] | None, epoch: int, batch_idx: int
+    fit: FitLoop, saved: dict[str, Any] | None, current: dict[str, Any] | None, epoch: int, batch_idx: int
 ) -> tuple[Any, int]:
-    """``(None, batch_idx)`` when the checkpoint was written with this run's data layout (the batches are
-    skipped as usual); otherwise a loader for the rest of the interrupted epoch on this run's processes, and
-    the batches of this run that the samples already trained make (``batch_idx`` when each batch holds as many
-    samples across the processes as the interrupted run's; otherwise the steps done times this run's
-    accumulation)."""
+    """``(None, batch_idx)`` when the checkpoint's data layout ``saved`` is this run's loader's ``current``
+    (the batches are skipped as usual); otherwise a loader for the rest of the interrupted epoch on this run's
+    processes, and the batches of this run that the samples already trained make (``batch_idx`` when each
+    batch holds as many samples across the processes as the interrupted run's; otherwise the steps done times
+    this run's accumulation)."""
     loader = fit.train_dataloader
-    current = data_layout(loader)
     if batch_idx == 0 or not _resharded(saved, current):
         return None, batch_idx
     assert saved is not None and current is not None
