@@ -93,3 +93,20 @@ def test_requeue_signal_and_auto_requeue(tmp_path, args, requeued):
     assert "fit returned" not in done.stdout
     assert list((tmp_path / "checkpoints").glob("*.ckpt")), "a checkpoint was saved before stopping"
     assert (log.exists() and log.read_text().split()) == (["requeue", "77"] if requeued else False)
+
+
+@pytest.mark.slow
+def test_a_requeue_signal_whose_checkpoint_fails_still_requeues_and_ends_with_the_error(tmp_path):
+    """The job goes back in the queue (it resumes from the last checkpoint that was written), and the process
+    ends with the failed save's error instead of the clean exit of a saved run."""
+    log = _fake_scontrol(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in _LAUNCH_VARIABLES}
+    env.update(SLURM_JOB_ID="78", SLURM_JOB_NAME="train", SLURM_NTASKS="1", SLURM_PROCID="0", TEST_FAILING_SAVES="1",
+               PATH=f"{tmp_path}{os.pathsep}{env['PATH']}", PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")  # fmt: skip
+    script = ROOT / "tests" / "plugins" / "slurm_signal_run.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), "SIGUSR1"], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "fit returned" not in done.stdout
+    assert "An asynchronous checkpoint save failed" in done.stderr and "No space left on device" in done.stderr
+    assert log.read_text().split() == ["requeue", "78"]

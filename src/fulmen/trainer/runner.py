@@ -383,11 +383,14 @@ class StageRunner:
     def _teardown_after(self, exception: BaseException, fn: TrainerFn) -> None:
         """Teardown of a run that ``exception`` ended. An error of the teardown itself (a background checkpoint
         save that failed, a ``teardown`` hook) is raised in place of a stop the user asked for (Ctrl-C, a
-        preemption signal): that stop was to leave a checkpoint, and it did not. Any other ``exception`` is the
+        preemption signal): that stop was to leave a checkpoint, and it did not (a SLURM job is still requeued,
+        to resume from the last checkpoint that was saved). Any other ``exception`` is the
         run's cause and stays the one raised; the teardown error is logged and attached to it as a note."""
         try:
             self._teardown(fn, interrupted=True)
         except Exception as teardown_error:
+            if isinstance(exception, SignalInterrupt):
+                self.signals.requeue_if_asked(exception)  # resumes from the last checkpoint that did save
             if isinstance(exception, (SignalInterrupt, KeyboardInterrupt)):
                 raise
             message = f"The teardown after the error failed too: {type(teardown_error).__name__}: {teardown_error}"

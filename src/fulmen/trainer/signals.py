@@ -154,6 +154,12 @@ class SignalConnector:
         training had finished); SIGTERM / SIGUSR1 end it with status 0 (a requeued job resumes)."""
         if interrupt.signum == signal.SIGINT:
             raise SystemExit(1)
+        self.requeue_if_asked(interrupt)
+        raise SystemExit(0)
+
+    def requeue_if_asked(self, interrupt: SignalInterrupt) -> None:
+        """SLURM's requeue signal with ``auto_requeue`` on: requeue the job (from global rank zero). Also when
+        the run's checkpoint then failed to save: the requeued job resumes from the last complete one."""
         if (
             interrupt.signum == self._requeue_signal()
             and _on_slurm()
@@ -161,7 +167,6 @@ class SignalConnector:
             and self.trainer.is_global_zero
         ):
             self._requeue()
-        raise SystemExit(0)
 
     def _requeue(self) -> None:
         job = os.environ.get("SLURM_ARRAY_JOB_ID")
