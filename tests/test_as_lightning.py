@@ -72,6 +72,7 @@ def test_lightning_names_are_fulmen_modules(tmp_path):
     assert "library callback ran True" in out.stdout
 
 
+@pytest.mark.slow
 def test_submodules_are_attributes_as_after_lightnings_imports(tmp_path):
     _run(
         """
@@ -120,6 +121,7 @@ def test_without_lightning_installed_lightning_is_a_package_around_fulmen(tmp_pa
     assert "No module named 'lightning.pytorch.no_such_module': fulmen has no counterpart" in out.stdout
 
 
+@pytest.mark.slow
 def test_installing_after_lightning_was_imported_names_the_modules(tmp_path):
     out = _run(
         """

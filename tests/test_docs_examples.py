@@ -142,6 +142,7 @@ def test_distributed_strategy_registry_example_runs():
     assert scope["trainer"].strategy._ddp_kwargs["bucket_cap_mb"] == 100 and scope["trainer"].world_size == 2
 
 
+@pytest.mark.slow
 def test_distributed_fsdp_example_runs_under_torchrun(tmp_path):
     """docs/distributed.md's FSDP script, as a user runs it: torchrun, two processes, then consolidation."""
     import os
@@ -176,6 +177,7 @@ def test_distributed_fsdp_example_runs_under_torchrun(tmp_path):
     assert checkpoint["global_step"] == 16 and "blocks.3.mlp.2.weight" in checkpoint["state_dict"]
 
 
+@pytest.mark.slow
 def test_as_lightning_example_runs(tmp_path):
     """In a fresh interpreter: the alias changes a process's imports for good."""
     import subprocess
