@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 
 import pytest
 import torch
@@ -335,7 +336,9 @@ def test_warnings_lightning_gives_on_restore_and_evaluation(tmp_path):
     assert trainer.ckpt_path == checkpoint.best_model_path
     resumed = Trainer(max_epochs=2, limit_train_batches=2, limit_val_batches=1, logger=False,
                       enable_progress_bar=False, callbacks=[ModelCheckpoint(dirpath=tmp_path, monitor="foo")])  # fmt: skip
-    with pytest.warns(UserWarning, match=r"please add the following callbacks: \['EarlyStopping'\]"):
+    # the missing callbacks by state key, as Lightning names them (programs match on it)
+    missing = repr([EarlyStopping(monitor="foo").state_key])
+    with pytest.warns(UserWarning, match=re.escape(f"Please add the following callbacks: {missing}.")):
         resumed.fit(Model(), ckpt_path=checkpoint.best_model_path)
 
 
@@ -447,3 +450,21 @@ def test_pl_trainer_environment_variables_set_the_flags_the_code_leaves_out(monk
         assert (from_env.max_epochs, from_env.limit_train_batches, from_env.logger) == (3, 0.5, None)
         assert from_code.max_epochs == 5 and from_code.limit_train_batches == 0.5
     assert list(inspect.signature(Trainer).parameters)[:2] == ["accelerator", "strategy"]  # the signature shows
+
+
+def test_best_with_several_model_checkpoints_warns_which_one_is_used(tmp_path):
+    from fulmen.callbacks import ModelCheckpoint
+
+    class Model(BoringModel):
+        def validation_step(self, batch, batch_idx):
+            self.log("foo", float(batch_idx))
+            self.log("bar", -float(batch_idx))
+
+    first = ModelCheckpoint(dirpath=tmp_path / "foo", monitor="foo")
+    second = ModelCheckpoint(dirpath=tmp_path / "bar", monitor="bar")
+    trainer = Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=2, logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, callbacks=[first, second])  # fmt: skip
+    trainer.fit(Model())
+    with pytest.warns(UserWarning, match=r'`\.validate\(ckpt_path="best"\)` with 2 ModelCheckpoint .* best checkpoint path from first checkpoint callback'):
+        trainer.validate(ckpt_path="best", verbose=False)
+    assert trainer.ckpt_path == first.best_model_path != second.best_model_path

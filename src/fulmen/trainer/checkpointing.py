@@ -140,6 +140,14 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
                 'ckpt_path="best" but no best checkpoint is known: the trainer is not configured to save the best model, or `ModelCheckpoint` is not configured. No ModelCheckpoint has saved one in this '
                 "trainer. Run fit() with a ModelCheckpoint(monitor=...) first, or pass a file path."
             )
+        ranked = [c for c in trainer.checkpoint_callbacks if hasattr(c, "best_model_path")]
+        if len(ranked) > 1:  # each keeps its own best: the user may have meant another one
+            fn = trainer.state.fn.value if trainer.state.fn is not None else "fit"
+            rank_zero_warn(
+                f'`.{fn}(ckpt_path="best")` with {len(ranked)} ModelCheckpoint callbacks uses the best checkpoint '
+                f"path from first checkpoint callback in `callbacks`: {str(best)!r}. To use another one's, pass its "
+                "`best_model_path` as `ckpt_path`."
+            )
         return str(best)
     if ckpt_path == "last":
         candidates: list[str] = []
@@ -197,10 +205,9 @@ def restore_module_and_callbacks(
     missing = [k for k in states if k not in used]
     if missing and trainer.state.fn is not None and trainer.state.fn.value == "fit":
         rank_zero_warn(
-            f"The checkpoint holds the state of callbacks this trainer does not have: {missing}. Their state is "
-            "not restored. Be aware that when resuming with `ckpt_path`, the callbacks that wrote the checkpoint "
-            "must be given to the Trainer again: please add the following callbacks: "
-            f"{sorted({k.split('{')[0] for k in missing})}."
+            "The checkpoint holds the state of callbacks this trainer does not have, which is not restored: when "
+            "resuming with `ckpt_path`, give the Trainer the callbacks that wrote the checkpoint again (the same "
+            f"arguments make the same state key). Please add the following callbacks: {missing}."
         )
 
 
