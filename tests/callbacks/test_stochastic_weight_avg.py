@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import fulmen
 from fulmen.callbacks import ModelCheckpoint, StochasticWeightAveraging
 from fulmen.utilities.exceptions import MisconfigurationException
+from tests.parity import oracle
 
 EPOCHS, START = 6, 3  # swa_epoch_start=3: the third epoch (index 2) is the first that averages
 
@@ -182,3 +183,35 @@ def test_a_step_scheduler_is_swapped_with_a_warning_and_int_rates_are_refused(ca
     assert "Swapping scheduler `StepLR` for `SWALR`" in caplog.text
     with pytest.raises(MisconfigurationException, match="a list of positive floats"):
         StochasticWeightAveraging(swa_lrs=[0.2, 1])
+
+
+def _swa_checkpoint(pl, root, swa_lrs):
+    """Two param groups, SWA from the second of three epochs; the last checkpoint's param groups."""
+
+    class Two(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a, self.b = nn.Linear(5, 5), nn.Linear(5, 1)
+
+        def training_step(self, batch, batch_idx):
+            return nn.functional.mse_loss(self.b(self.a(batch[0])), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.Adam([{"params": self.a.parameters(), "lr": 0.1}, {"params": self.b.parameters(), "lr": 0.2}])
+
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=root, save_last=True)
+    trainer = pl.Trainer(max_epochs=3, limit_val_batches=0, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=root,
+                         callbacks=[pl.callbacks.StochasticWeightAveraging(swa_lrs=swa_lrs, swa_epoch_start=2), checkpoint])  # fmt: skip
+    trainer.fit(Two(), loader())
+    saved = torch.load(checkpoint.last_model_path, weights_only=False)
+    return [{k: g[k] for k in ("lr", "initial_lr", "swa_lr")} for g in saved["optimizer_states"][0]["param_groups"]]
+
+
+@oracle.parity
+@pytest.mark.parametrize("swa_lrs", [[0.123, 0.321], 0.05])
+def test_the_swa_rates_are_the_groups_starting_rates_in_the_checkpoint_as_with_lightning(tmp_path, swa_lrs):
+    groups = _swa_checkpoint(fulmen, tmp_path / "fulmen", swa_lrs)
+    assert [g["initial_lr"] for g in groups] == (swa_lrs if isinstance(swa_lrs, list) else [swa_lrs] * 2)
+    assert groups == _swa_checkpoint(oracle.lightning(), tmp_path / "lightning", swa_lrs)

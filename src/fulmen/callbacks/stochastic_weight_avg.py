@@ -158,6 +158,11 @@ class StochasticWeightAveraging(Callback):
         swa_lrs = (
             self.swa_lrs if self.swa_lrs is not None else [group["lr"] for group in optimizer.param_groups]
         )
+        # the SWA learning rates become the groups' starting rates: SWALR's base_lrs (kept in checkpoints) and
+        # what a scheduler built later on these groups starts from name the rate SWA trains at
+        targets = swa_lrs if isinstance(swa_lrs, (list, tuple)) else [swa_lrs] * len(optimizer.param_groups)
+        for group, lr in zip(optimizer.param_groups, targets):
+            group["initial_lr"] = lr
         self._scheduler = SWALR(
             optimizer, swa_lr=swa_lrs, anneal_epochs=self.annealing_epochs,  # type: ignore[arg-type]
             anneal_strategy=self.annealing_strategy,
