@@ -81,3 +81,55 @@ def test_logging_matches_lightning(tmp_path, loaders):
     assert ours["test"] == theirs["test"]
     assert ours["logged_tensors"] and theirs["logged_tensors"]
     assert ours["calls"] == theirs["calls"]
+
+
+def _same_name_in_several_hooks(base: Any, demos: Any, tmp_path) -> dict[str, Any]:
+    """One name logged from training_step, on_train_batch_end, on_train_epoch_end and validation_step: each
+    hook's value is kept apart, and where several have one the later-registered replaces the earlier."""
+    recorder = _Recorder()
+
+    class Logger(base.loggers.CSVLogger):
+        def log_metrics(self, metrics, step=None):
+            recorder.calls.append(({k: round(float(v), 5) for k, v in metrics.items()}, step))
+
+    class Model(demos.BoringModel):
+        def training_step(self, batch, batch_idx):
+            out = super().training_step(batch, batch_idx)
+            self.log("x", 1.0 + batch_idx, on_epoch=True, prog_bar=True)
+            self.log("shared", 100.0, prog_bar=True)
+            return out
+
+        def on_train_batch_end(self, *args):
+            self.log("x", 10.0, on_epoch=True)
+
+        def on_train_epoch_end(self):
+            self.log("shared", 111.0 + self.current_epoch, prog_bar=True)
+
+        def validation_step(self, batch, batch_idx):
+            self.log("x", 5.0)
+
+    seen = []
+
+    class Watch(base.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            seen.append({k: round(float(v), 5) for k, v in trainer.callback_metrics.items()})
+
+    trainer = base.Trainer(max_epochs=2, limit_train_batches=2, limit_val_batches=1, log_every_n_steps=1,
+                           num_sanity_val_steps=0, logger=Logger(tmp_path), callbacks=[Watch()],
+                           enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Model())
+    return {"calls": recorder.calls, "seen": seen,
+            "callback": {k: round(float(v), 5) for k, v in trainer.callback_metrics.items()},
+            "pbar": {k: round(float(v), 5) for k, v in trainer.progress_bar_metrics.items()}}  # fmt: skip
+
+
+def test_one_name_logged_from_several_hooks_as_lightning(tmp_path):
+    ours = _same_name_in_several_hooks(fulmen, fulmen.demos.boring_classes, tmp_path / "fulmen")
+    lightning = oracle.lightning()
+    theirs = _same_name_in_several_hooks(
+        lightning, oracle.lightning("lightning.pytorch.demos.boring_classes"), tmp_path / "l"
+    )
+    assert ours["pbar"]["shared"] == 112.0  # the epoch end's value replaces training_step's
+    assert ours == theirs

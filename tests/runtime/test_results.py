@@ -64,7 +64,6 @@ def test_dataloader_index_suffix():
         ([("configure_optimizers", "x", 1.0, {})], r"where logging is not supported"),
         ([("on_train_epoch_end", "x", 1.0, {"on_step": True})], r"on_step=True\) is not allowed"),
         ([("training_step", "x", 1.0, {"on_step": False, "on_epoch": False})], r"would never record"),
-        ([("training_step", "x", 1.0, {}), ("on_train_batch_end", "x", 1.0, {})], r"clashes with the same name"),
         ([("training_step", "x", 1.0, {}), ("training_step", "x", 1.0, {"prog_bar": True})], r"different arguments"),
         ([("training_step", "x", 1.0, {"reduce_fx": "median"})], r"reduce_fx='median'"),
     ],

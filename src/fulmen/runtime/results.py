@@ -317,7 +317,9 @@ class ResultCollection:
         meta, key = cached
         result = self.items.get(key)
         if result is None:
-            self._check_duplicate(meta)
+            # the same name from another hook is another entry (the key names the hook): where both have a
+            # value, the one logged first in the run is read first and the other overrides it, so e.g.
+            # on_train_epoch_end's value replaces training_step's at the epoch end (programs rely on it)
             result = self.items[key] = ResultMetric(meta)
         elif result.meta != meta:
             raise MisconfigurationException(
@@ -368,14 +370,6 @@ class ResultCollection:
             add_dataloader_idx=add_dataloader_idx, rank_zero_only=rank_zero_only,
             metric_attribute=metric_attribute,
         )  # fmt: skip
-
-    def _check_duplicate(self, meta: LogMeta) -> None:
-        for other in self.items.values():
-            if other.meta.display_name == meta.display_name and other.meta.fx != meta.fx:
-                raise MisconfigurationException(
-                    f"self.log({meta.name!r}) in `{meta.fx}` clashes with the same name already logged in "
-                    f"`{other.meta.fx}`. Use a different name in one of the two hooks."
-                )
 
     @staticmethod
     def _to_tensor(name: str, value: Any, device: torch.device, enable_graph: bool) -> torch.Tensor:
