@@ -226,6 +226,14 @@ def test_tqdm_numbers_prints_and_pickling(monkeypatch, capsys):
     assert TQDMProgressBar(refresh_rate=2).refresh_rate == 5
 
 
+@pytest.mark.parametrize(("rate", "expected"), [(1, 20), (19, 19)])
+def test_on_colab_the_default_rate_is_20_and_a_chosen_one_stands(monkeypatch, rate, expected):
+    from fulmen.callbacks import TQDMProgressBar
+
+    monkeypatch.setenv("COLAB_GPU", "1")
+    assert Trainer(callbacks=TQDMProgressBar(refresh_rate=rate), logger=False).progress_bar_callback.refresh_rate == expected
+
+
 _FORMAT_NUM_CASES = [
     1, 7, 123456, True, 1.0, 0.12, 12.3456, 123.456, 1234.5678, 99999.0, 1e-5, 0.0001234, 0.0005, -1.5, -12.34,
     -123.4, -0.0001, 0.0, -0.0, float("nan"), float("inf"), 1.5e300, 2**60,

@@ -74,7 +74,8 @@ class TQDMProgressBar(RefreshingBar):
 
     Args:
         refresh_rate: draw every that many batches; 0 turns the bar off. The ``TQDM_MINITERS`` environment
-            variable raises it (the larger of the two is used).
+            variable raises it (the larger of the two is used); on Google Colab (``COLAB_GPU`` set) the default
+            1 becomes 20.
         process_position: the line the bars start at, for several trainers in one terminal.
         leave: keep each epoch's training bar on screen (a new line per epoch) instead of redrawing one line.
     """
@@ -84,7 +85,11 @@ class TQDMProgressBar(RefreshingBar):
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
         super().__init__(refresh_rate)
         env = os.environ.get("TQDM_MINITERS")
-        if env is not None and env.strip().isdigit():
+        if os.environ.get("COLAB_GPU") and refresh_rate == 1:
+            # a Colab notebook's output cell falls behind (and has crashed) on a redraw per batch: the default
+            # there draws every 20 batches; a rate the user chose stands
+            self._refresh_rate = 20
+        elif env is not None and env.strip().isdigit():
             self._refresh_rate = max(self._refresh_rate, int(env))
         self._process_position = process_position
         self._leave = leave
