@@ -334,3 +334,15 @@ def test_output_after_a_failed_fit_comes_after_the_bar(tmp_path):
     lines = result.stdout.splitlines()
     assert lines[-1] == "MARKER after the failed fit", lines
     assert lines[-2].startswith("Epoch 1:  30% 3/10"), lines
+
+
+def test_the_sanity_check_bars_stay_readable_after_it():
+    """Closed, not dropped: a fit that only sanity-checks (limit_train_batches=0) leaves its bar to read."""
+    from fulmen.callbacks import TQDMProgressBar
+
+    bar = TQDMProgressBar()
+    trainer = Trainer(max_epochs=1, limit_train_batches=0, num_sanity_val_steps=3, callbacks=[bar], logger=False,
+                      enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(BoringModel())
+    assert (bar.val_progress_bar.n, bar.val_progress_bar.total) == (3, 3)
+    assert bar.val_progress_bar.desc.startswith("Sanity Checking DataLoader 0")

@@ -219,8 +219,7 @@ class TQDMProgressBar(RefreshingBar):
             self._train_progress_bar.close()
         if self._val_progress_bar is not None:
             self._val_progress_bar.close()
-        self.train_progress_bar = None
-        self.val_progress_bar = None
+        # the closed bars stay readable (their totals and counts) until the next stage replaces them
         self.reset_dataloader_idx_tracker()
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
