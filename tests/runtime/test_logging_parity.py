@@ -133,3 +133,33 @@ def test_one_name_logged_from_several_hooks_as_lightning(tmp_path):
     )
     assert ours["pbar"]["shared"] == 112.0  # the epoch end's value replaces training_step's
     assert ours == theirs
+
+
+def _logged_dtypes(base: Any, demos: Any, value: Any) -> tuple[dict[str, Any], int]:
+    class Model(demos.BoringModel):
+        def training_step(self, batch, batch_idx):
+            self.log("v", value, prog_bar=True, on_epoch=True)
+            return super().training_step(batch, batch_idx)
+
+    trainer = base.Trainer(max_epochs=1, limit_train_batches=2, limit_val_batches=0, logger=False,
+                           enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False)  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Model())
+    floating = sum("floating" in str(w.message) for w in caught)
+    return {k: (v.dtype, float(v)) for k, v in trainer.callback_metrics.items()}, floating
+
+
+@pytest.mark.parametrize(
+    "value",
+    [True, torch.tensor(True), torch.tensor(3, dtype=torch.int32), torch.tensor(0.5, dtype=torch.bfloat16),
+     torch.tensor(0.25, dtype=torch.float64)],  # fmt: skip
+    ids=["bool", "bool-tensor", "int32", "bfloat16", "float64"],
+)
+def test_logged_values_are_floats_of_the_dtype_lightning_gives(value):
+    """Integers and booleans (warned about when tensors) and half floats become the default dtype; float64
+    stays: step, epoch and progress-bar values read the same as under Lightning."""
+    ours, warned = _logged_dtypes(fulmen, fulmen.demos.boring_classes, value)
+    theirs, _ = _logged_dtypes(oracle.lightning(), oracle.lightning("lightning.pytorch.demos.boring_classes"), value)
+    assert ours == theirs
+    assert warned == (isinstance(value, torch.Tensor) and not value.is_floating_point())

@@ -16,6 +16,7 @@ import torch
 from fulmen.utilities.apply_func import apply_to_collection, move_data_to_device
 from fulmen.utilities.data import extract_batch_size
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+from fulmen.utilities.rank_zero import WarningCache
 
 _REDUCE_NAMES = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 # the builtins too: ``reduce_fx=max`` is how Lightning's docs and users often write it
@@ -256,6 +257,9 @@ def _step_op(reduce_fx: Any) -> str:
     return reduce_fx if reduce_fx in ("sum", "max", "min") else "mean"
 
 
+_WARNINGS = WarningCache()  # each message once per process, however many runs log the value
+
+
 def _acc_dtype(value: torch.Tensor) -> torch.dtype:
     return value.dtype if value.is_floating_point() and value.dtype == torch.float64 else torch.float32
 
@@ -329,7 +333,7 @@ class ResultCollection:
         if type(value) is not torch.Tensor and _is_metric(value):
             result.update_metric(value)
             return
-        value = self._to_tensor(name, value, device, enable_graph)
+        value = self._to_tensor(fx, name, value, device, enable_graph)
         bs: int | torch.Tensor = 1
         if meta.on_epoch and meta.reduce_fx == "mean" and result.metric is None:
             bs = batch_size if batch_size is not None else self._current_batch_size()
@@ -371,8 +375,10 @@ class ResultCollection:
             metric_attribute=metric_attribute,
         )  # fmt: skip
 
-    @staticmethod
-    def _to_tensor(name: str, value: Any, device: torch.device, enable_graph: bool) -> torch.Tensor:
+    def _to_tensor(self, fx: str, name: str, value: Any, device: torch.device, enable_graph: bool) -> torch.Tensor:
+        """A zero-dimensional tensor in a float dtype that reduces exactly enough: float64 stays, other floats
+        (float16, bfloat16) and integers or booleans become the default dtype, so step, epoch and reduced values
+        read the same whatever the model computed in (an integer tensor also gets a warning, once per name)."""
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:
                 raise InvalidValueError(  # a ValueError, as Lightning raises, and a MisconfigurationException
@@ -381,8 +387,18 @@ class ResultCollection:
                 )
             if value.ndim:
                 value = value.reshape(())
+            dtype = value.dtype
+            if dtype is not torch.float32 and dtype is not torch.float64:  # a dtype read: no device sync
+                if not value.is_floating_point():
+                    _WARNINGS.warn(
+                        f"self.log({name!r}, ...) in `{fx}` got a {dtype} tensor, which needs to be floating to be "
+                        f"reduced: converting it to {torch.get_default_dtype()}. Convert it yourself to silence "
+                        "this; a count that is not meant to be reduced (a step, an epoch) can go to the loggers "
+                        f"directly: self.logger.log_metrics({{{name!r}: ...}})."
+                    )
+                value = value.to(torch.get_default_dtype())
             return value if enable_graph else value.detach()
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not isinstance(value, (int, float)):  # bool is an int: True logs as 1.0
             if hasattr(value, "item") and callable(value.item):  # numpy scalars
                 value = value.item()
             else:
