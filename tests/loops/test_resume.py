@@ -1,12 +1,19 @@
-"""The data order a run resumed on another number of processes keeps (see ``loops/resume.py``)."""
+"""Resuming (``loops/resume.py``): the data order a run resumed on another number of processes keeps, and the
+counters the hooks of a resumed fit see."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+import fulmen
 from fulmen.loops.resume import OrderKeepingSampler, data_layout, global_order, keep_order
+from tests.parity import oracle
+from tests.parity.oracle import parity
 
 
 def _dataset(n: int) -> TensorDataset:
@@ -53,3 +60,49 @@ def test_a_plain_process_resuming_a_distributed_run_keeps_its_order():
     assert keep_order(kept, data_layout(kept)) is kept
     assert keep_order(plain, None) is plain  # no checkpoint: its own order
     assert keep_order(DataLoader(_dataset(12), batch_size=4), saved).sampler.__class__ is not OrderKeepingSampler
+
+
+def _counters_seen_on_resume(pl: Any, root: Path, case: str) -> list[tuple[str, int, int]]:
+    from importlib import import_module
+
+    boring = import_module(f"{pl.__name__}.demos.boring_classes").BoringModel
+    val = 2 if case == "epoch end, validation" else 0
+    every = 3 if case == "mid-epoch" else None
+    args = dict(default_root_dir=root, max_epochs=1, limit_train_batches=4, limit_val_batches=val, logger=False,
+                num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=root, save_last=True, every_n_train_steps=every)
+    pl.Trainer(callbacks=[checkpoint], max_steps=3 if every else -1, **args).fit(boring())
+    seen: list[tuple[str, int, int]] = []
+
+    class Model(boring):
+        def _note(self, hook):
+            seen.append((hook, self.trainer.current_epoch, self.trainer.global_step))
+
+        def on_fit_start(self):
+            self._note("on_fit_start")
+
+        def on_train_start(self):
+            self._note("on_train_start")
+
+        def on_train_epoch_start(self):
+            self._note("on_train_epoch_start")
+
+        def on_train_end(self):
+            self._note("on_train_end")
+
+    args["max_epochs"] = 2
+    pl.Trainer(**args).fit(Model(), ckpt_path=str(root / "last.ckpt"))
+    return seen
+
+
+@parity
+@pytest.mark.parametrize("case", ["epoch end", "epoch end, validation", "mid-epoch"])
+def test_hooks_of_a_resumed_fit_see_lightnings_epoch_and_step(tmp_path, case):
+    """on_train_start of a run resumed from an epoch's end already sees the next epoch, as under Lightning. From
+    the middle of an epoch, that epoch's on_train_epoch_start runs again (at the step it was written), which
+    Lightning skips: callbacks that set the epoch up there (without saving it in their state) stay right."""
+    ours = _counters_seen_on_resume(fulmen, tmp_path / "fulmen", case)
+    theirs = _counters_seen_on_resume(oracle.lightning(), tmp_path / "lightning", case)
+    if case == "mid-epoch":
+        assert ours.pop(2) == ("on_train_epoch_start", 0, 3)
+    assert ours == theirs

@@ -218,12 +218,19 @@ class FitLoop:
         reason = self.stop_reason()
         if reason is None:
             self.setup_optimization()
-            self.on_run_start()
             pending, self._resume = self._resume, None
+            if pending is not None and resume.written_at_epoch_end(pending):
+                # the rest of that epoch's end (scheduler step, epoch counter) before on_train_start, which then
+                # sees the epoch the run goes on with
+                resume.restore_metrics_and_stop(self, pending)
+                self.on_advance_end(hooks=False)
+            self.on_run_start()
+            # the RNG and the data position after on_train_start: what that hook draws (an uninterrupted run
+            # has no such call between its epochs) does not shift the run's random numbers
             if pending is not None and resume.written_mid_epoch(pending):
                 self.run_epoch(interrupted=pending)  # what the interrupted run had left of its epoch
-            elif pending is not None and resume.restore_at_boundary(self, pending):
-                self.on_advance_end(hooks=False)  # written in on_train_epoch_end: the rest of that epoch's end
+            elif pending is not None:
+                resume.restore_at_boundary(self, pending)
             while (reason := self.stop_reason()) is None:
                 self.run_epoch()
             rank_zero_info(f"`Trainer.fit` stopped: {reason}.")

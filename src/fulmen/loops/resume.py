@@ -272,6 +272,12 @@ def _restore_point(fit: FitLoop, state: dict[str, Any]) -> None:
     if grads is not None and module is not None:
         for param, grad in zip(module.parameters(), grads):
             param.grad = None if grad is None else grad.to(param.device, copy=True)
+    restore_metrics_and_stop(fit, state)
+
+
+def restore_metrics_and_stop(fit: FitLoop, state: dict[str, Any]) -> None:
+    """The metrics (a plateau scheduler still reads them) and the stop decision of the checkpoint."""
+    context = fit.context
     context.metrics.callback.update(state.get("callback_metrics") or {})
     context.stop.should_stop = bool(state.get("should_stop", False))
     context.stop.agreed = True  # every rank loaded the same checkpoint
@@ -331,12 +337,15 @@ def restore_epoch(fit: FitLoop, state: dict[str, Any]) -> tuple[PrefetchIterator
     return batches, finish
 
 
-def restore_at_boundary(fit: FitLoop, state: dict[str, Any]) -> bool:
-    """Restore the data's state and the RNG of a checkpoint written between epochs; ``True`` when it was written
-    in ``on_train_epoch_end`` (the loop then ends that epoch without running its hooks again)."""
+def written_at_epoch_end(state: dict[str, Any]) -> bool:
+    """Written in ``on_train_epoch_end``: the resumed loop ends that epoch without running its hooks again."""
+    return LoopPhase(state["phase"]) is LoopPhase.EPOCH_END
+
+
+def restore_at_boundary(fit: FitLoop, state: dict[str, Any]) -> None:
+    """Restore the data's state and the RNG of a checkpoint written between epochs."""
     fit.restored_at_epoch_end = _restore_data(fit, state)
     _restore_point(fit, state)
-    return LoopPhase(state["phase"]) is LoopPhase.EPOCH_END
 
 
 # -- resuming an epoch on another number of processes --------------------------------------------------------
