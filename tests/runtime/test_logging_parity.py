@@ -152,8 +152,10 @@ def _logged_dtypes(base: Any, demos: Any, value: Any) -> tuple[dict[str, Any], i
 
 @pytest.mark.parametrize(
     "value",
-    [True, torch.tensor(True), torch.tensor(3, dtype=torch.int32), torch.tensor(0.5, dtype=torch.bfloat16),
-     torch.tensor(0.25, dtype=torch.float64)],  # fmt: skip
+    [
+        True, torch.tensor(True), torch.tensor(3, dtype=torch.int32), torch.tensor(0.5, dtype=torch.bfloat16),
+        torch.tensor(0.25, dtype=torch.float64),
+    ],
     ids=["bool", "bool-tensor", "int32", "bfloat16", "float64"],
 )
 def test_logged_values_are_floats_of_the_dtype_lightning_gives(value):
