@@ -102,3 +102,9 @@ def test_tpu_runs_on_the_device_torch_xla_gives(monkeypatch):
     assert accelerator.name == "tpu" and accelerator.resolve_devices("auto") == [torch.device("cpu")]
     with pytest.raises(MisconfigurationException, match="one XLA device"):
         accelerator.resolve_devices(8)
+
+
+@pytest.mark.parametrize(("devices", "expected"), [(1, [0]), (2, [0, 1]), ("3", [0, 1, 2])])
+def test_cpu_device_ids_are_numbered_by_position(devices, expected):
+    trainer = fulmen.Trainer(accelerator="cpu", devices=devices, logger=False)
+    assert trainer.device_ids == expected and trainer.num_devices == len(expected)

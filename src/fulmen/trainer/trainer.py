@@ -344,7 +344,8 @@ class Trainer:
 
     @property
     def device_ids(self) -> list[int]:
-        return [d.index or 0 for d in self.config.devices]
+        """The devices' indices; CPU devices, which have none, are numbered by position (``devices=2``: [0, 1])."""
+        return [d.index if d.index is not None else i for i, d in enumerate(self.config.devices)]
 
     @property
     def interrupted(self) -> bool:
