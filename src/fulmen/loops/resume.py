@@ -465,8 +465,10 @@ def _resharded_epoch_loader(
         raise MisconfigurationException(
             f"{where}, whose order came from its DataLoader's own sampler; {new} processes cannot redraw it. "
             "Resume that run on one process, or from a checkpoint at an epoch end. (A run that may move to "
-            "another number of processes can start with strategy='ddp' or 'fsdp' even on one device: its order "
-            "is then a DistributedSampler's, which any number of processes can redraw.)"
+            "another number of processes can start under a launcher with strategy='ddp' or 'fsdp' even on one "
+            "device, e.g. `torchrun --nproc_per_node=1 train.py`: its order is then a DistributedSampler's, "
+            "which any number of processes can redraw. Started without a launcher, one device trains as a plain "
+            "process.)"
         )
     per_batch, new_per_batch = int(saved["batch_size"]) * old, int(current["batch_size"]) * new
     accumulate, new_accumulate = int(saved.get("accumulate", 1)), fit.context.accumulate_grad_batches
