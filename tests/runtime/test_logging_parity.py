@@ -158,9 +158,13 @@ def _logged_dtypes(base: Any, demos: Any, value: Any) -> tuple[dict[str, Any], i
     ],
     ids=["bool", "bool-tensor", "int32", "bfloat16", "float64"],
 )
-def test_logged_values_are_floats_of_the_dtype_lightning_gives(value):
+def test_logged_values_are_floats_of_the_dtype_lightning_gives(value, monkeypatch):
     """Integers and booleans (warned about when tensors) and half floats become the default dtype; float64
     stays: step, epoch and progress-bar values read the same as under Lightning."""
+    from fulmen.runtime import results
+    from fulmen.utilities.rank_zero import WarningCache
+
+    monkeypatch.setattr(results, "_WARNINGS", WarningCache())  # warned once per process: not by an earlier test
     ours, warned = _logged_dtypes(fulmen, fulmen.demos.boring_classes, value)
     theirs, _ = _logged_dtypes(oracle.lightning(), oracle.lightning("lightning.pytorch.demos.boring_classes"), value)
     assert ours == theirs

@@ -219,11 +219,12 @@ class FitLoop:
         if reason is None:
             self.setup_optimization()
             pending, self._resume = self._resume, None
-            if pending is not None and resume.written_at_epoch_end(pending):
-                # the rest of that epoch's end (scheduler step, epoch counter) before on_train_start, which then
-                # sees the epoch the run goes on with
+            if pending is not None and not resume.written_mid_epoch(pending):
                 resume.restore_metrics_and_stop(self, pending)
-                self.on_advance_end(hooks=False)
+                if resume.written_at_epoch_end(pending):
+                    # the rest of that epoch's end (scheduler step, epoch counter) before on_train_start, which
+                    # then sees the epoch the run goes on with
+                    self.on_advance_end(hooks=False)
             self.on_run_start()
             # the RNG and the data position after on_train_start: what that hook draws (an uninterrupted run
             # has no such call between its epochs) does not shift the run's random numbers

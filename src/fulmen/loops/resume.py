@@ -343,9 +343,11 @@ def written_at_epoch_end(state: dict[str, Any]) -> bool:
 
 
 def restore_at_boundary(fit: FitLoop, state: dict[str, Any]) -> None:
-    """Restore the data's state and the RNG of a checkpoint written between epochs."""
+    """Restore the data's state and the RNG of a checkpoint written between epochs (no gradients are open
+    there; its metrics and stop decision come earlier: :func:`restore_metrics_and_stop`)."""
     fit.restored_at_epoch_end = _restore_data(fit, state)
-    _restore_point(fit, state)
+    if state.get("rng"):
+        restore_rng(state["rng"])
 
 
 # -- resuming an epoch on another number of processes --------------------------------------------------------

@@ -19,8 +19,9 @@ from fulmen.accelerators import Accelerator
 from fulmen.core.optimizer import LightningOptimizer, unwrap_optimizer
 from fulmen.core.optimizers import LRSchedulerConfig, parse_configure_optimizers
 from fulmen.precision import Precision
-from fulmen.utilities import cloud_io, distributed_checkpoint
+from fulmen.utilities import distributed_checkpoint
 from fulmen.utilities.apply_func import move_data_to_device
+from fulmen.utilities.checkpoint_io import link_through, raise_failed_save_of
 from fulmen.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
@@ -257,9 +258,7 @@ class Strategy:
         """Raise the error of a checkpoint save that failed in the background (``AsyncCheckpointIO``) since the
         last call; nothing when none did. The training loop calls it once per batch, so a lost checkpoint
         stops the run at the next step instead of going unnoticed until the next save."""
-        raise_failed = getattr(self.checkpoint_io, "raise_failed_save", None)  # a Lightning CheckpointIO has none
-        if raise_failed is not None:
-            raise_failed()
+        raise_failed_save_of(self.checkpoint_io)
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         """The checkpoint at ``checkpoint_path`` as a dict; a sharded (FSDP) checkpoint directory is read whole
@@ -307,13 +306,8 @@ class Strategy:
         zero, which wrote ``target``. Through the ``CheckpointIO``, so that a writer saving in the background
         makes the link only once ``target`` is complete; one without the method (written for Lightning) saves
         before returning, and the link is made at once."""
-        if not self.is_global_zero:
-            return
-        link_checkpoint = getattr(self.checkpoint_io, "link_checkpoint", None)
-        if link_checkpoint is not None:
-            link_checkpoint(target, link)
-        else:
-            cloud_io.link(target, link)
+        if self.is_global_zero:
+            link_through(self.checkpoint_io, target, link)
 
     def on_exception(self, exception: BaseException) -> None:
         """The run raised ``exception`` (not an interrupt); called before the callbacks hear of it."""

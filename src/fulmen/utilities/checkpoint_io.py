@@ -275,3 +275,22 @@ def _safetensors_metadata(data: bytes) -> dict[str, str]:
     size = int.from_bytes(data[:8], "little")
     header = json.loads(data[8 : 8 + size])
     return dict(header.get("__metadata__") or {})
+
+
+# -- optional methods of a checkpoint writer (a CheckpointIO) ----------------------------------------------------
+# fulmen's CheckpointIO has both; one written for Lightning has neither: these call the writer's own when it has
+# one, else do what the defaults do.
+def link_through(io: Any, target: _PathLike, link: _PathLike) -> None:
+    """``io.link_checkpoint(target, link)``; for a writer without it, the link is made at once."""
+    method = getattr(io, "link_checkpoint", None)
+    if method is not None:
+        method(target, link)
+    else:
+        cloud_io.link(target, link)
+
+
+def raise_failed_save_of(io: Any) -> None:
+    """``io.raise_failed_save()``; a writer without it saves before returning: nothing to report."""
+    method = getattr(io, "raise_failed_save", None)
+    if method is not None:
+        method()

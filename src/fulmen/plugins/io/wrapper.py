@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fulmen.plugins.io.checkpoint_plugin import CheckpointIO
+from fulmen.utilities.checkpoint_io import link_through, raise_failed_save_of
 
 
 class _WrappingCheckpointIO(CheckpointIO):
@@ -61,13 +62,7 @@ class _WrappingCheckpointIO(CheckpointIO):
         self.checkpoint_io.teardown()
 
     def link_checkpoint(self, target: Any, link: Any) -> None:
-        link_checkpoint = getattr(self.checkpoint_io, "link_checkpoint", None)  # a Lightning writer has none
-        if link_checkpoint is not None:
-            link_checkpoint(target, link)
-        else:
-            super().link_checkpoint(target, link)
+        link_through(self.checkpoint_io, target, link)
 
     def raise_failed_save(self) -> None:
-        raise_failed = getattr(self.checkpoint_io, "raise_failed_save", None)  # a Lightning writer has none
-        if raise_failed is not None:
-            raise_failed()
+        raise_failed_save_of(self.checkpoint_io)
