@@ -181,3 +181,125 @@ def test_mnist_reads_lightnings_cached_tensors_without_downloading(tmp_path, mon
     assert dm.num_classes == 10 and dm.name == "mnist"
     with pytest.raises(TypeError, match="root_dir="):
         MNIST(str(tmp_path), root_dir="x")
+
+
+def _varied_corpus(folder):
+    """Lines of 0 to 12 words from a 60-word vocabulary, blank and space-padded lines among them (what
+    WikiText-2's own layout has): a vocabulary and a token order worth comparing."""
+    g = torch.Generator().manual_seed(0)
+    lines = []
+    for _ in range(120):
+        n = int(torch.randint(0, 13, (1,), generator=g))
+        lines.append(" " + " ".join(f"w{int(i)}" for i in torch.randint(0, 60, (n,), generator=g)) + " ")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "wikitext-2.txt").write_text("\n".join(lines) + "\n")
+
+
+@oracle.parity
+def test_wikitext2_gives_lightnings_tensors_at_every_index(tmp_path):
+    oracle.lightning()
+    from lightning.pytorch.demos.transformer import WikiText2 as LWikiText2
+
+    from fulmen.demos import WikiText2
+
+    _varied_corpus(tmp_path)
+    for block_size in (7, 35):
+        mine, reference = WikiText2(tmp_path, block_size, download=False), LWikiText2(tmp_path, block_size, False)
+        assert torch.equal(mine.data, reference.data) and mine.dictionary.idx2word == reference.dictionary.idx2word
+        assert len(mine) == len(reference)
+        # past the end and negative too: the last, ragged block is where a one-chunk split would differ
+        for index in range(-3, len(reference) + 3):
+            assert all(torch.equal(a, b) for a, b in zip(mine[index], reference[index])), index
+
+
+@oracle.parity
+def test_transformer_construction_and_forward_are_lightnings():
+    oracle.lightning()
+    from lightning.pytorch.demos.transformer import Transformer as LTransformer
+
+    from fulmen.demos import Transformer
+
+    torch.manual_seed(0)
+    reference = LTransformer(vocab_size=100)
+    torch.manual_seed(0)
+    mine = Transformer(vocab_size=100)
+    assert str(mine) == str(reference) and [n for n, _ in mine.named_buffers()] == []
+    theirs = reference.state_dict()
+    assert list(mine.state_dict()) == list(theirs)
+    assert all(torch.equal(v, theirs[k]) for k, v in mine.state_dict().items())  # same draws, same order
+    inputs, target = torch.randint(0, 100, (2, 2, 9))
+    for train in (False, True):  # in training, the same dropout draws too
+        mine.train(train), reference.train(train)
+        torch.manual_seed(1)
+        out = mine(inputs, target)
+        torch.manual_seed(1)
+        assert torch.equal(out, reference(inputs, target))
+
+
+def _train_language_models(pl, demos, data_dir):
+    """A program built on the demos, as examples write them: WikiText2 split at random, a Transformer
+    trained and validated on it; then LightningTransformer and LightningLSTM fit on ``./data``. Returns the
+    losses of every step and the weights at the end."""
+    from torch.nn.functional import nll_loss
+    from torch.utils.data import random_split
+
+    losses = []
+
+    class LanguageModel(pl.LightningModule):
+        def __init__(self, vocab_size):
+            super().__init__()
+            self.model = demos.Transformer(vocab_size=vocab_size, ninp=32, nhead=2, nhid=32, nlayers=1)
+
+        def training_step(self, batch, batch_idx):
+            inputs, target = batch
+            loss = nll_loss(self.model(inputs, target), target.reshape(-1))
+            losses.append(loss.detach())
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            inputs, target = batch
+            self.log("val_loss", nll_loss(self.model(inputs, target), target.reshape(-1)))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+
+    quiet = dict(QUIET, enable_model_summary=False)
+    pl.seed_everything(42, verbose=False)
+    dataset = demos.WikiText2(data_dir, block_size=12, download=False)
+    train, val = random_split(dataset, [0.8, 0.2])
+    model = LanguageModel(dataset.vocab_size)
+    trainer = pl.Trainer(max_epochs=1, limit_train_batches=6, limit_val_batches=2, **quiet)
+    trainer.fit(model, DataLoader(train, batch_size=4, shuffle=True), DataLoader(val, batch_size=4))
+    weights = {"transformer": model.state_dict()}
+    losses.append(trainer.callback_metrics["val_loss"])
+
+    pl.seed_everything(1, verbose=False)  # the packaged modules read ./data/wikitext-2.txt, batch size 1
+    packaged = demos.LightningTransformer(vocab_size=dataset.vocab_size)
+    pl.Trainer(max_steps=2, **quiet).fit(packaged)
+    weights["LightningTransformer"] = packaged.state_dict()
+
+    pl.seed_everything(2, verbose=False)
+    lstm = demos.LightningLSTM(vocab_size=dataset.vocab_size)
+    lstm.model = type(lstm.model)(vocab_size=dataset.vocab_size, ninp=16, nhid=16, nlayers=2)  # small: fast
+    trainer = pl.Trainer(max_steps=3, **quiet)
+    trainer.fit(lstm)
+    weights["LightningLSTM"] = lstm.state_dict()
+    losses.append(trainer.callback_metrics["train_loss"])
+    return torch.stack(losses), weights
+
+
+@oracle.parity
+def test_language_models_train_to_lightnings_numbers(tmp_path, monkeypatch):
+    """Same seed, same corpus: the same loss at every step and the same weights after, to the bit (CPU)."""
+    oracle.lightning()
+    from lightning import pytorch as lightning
+    from lightning.pytorch import demos as ldemos
+
+    monkeypatch.chdir(tmp_path)
+    _varied_corpus(tmp_path / "data")
+    mine, mine_weights = _train_language_models(fulmen, fulmen.demos, tmp_path / "data")
+    reference, reference_weights = _train_language_models(lightning, ldemos, tmp_path / "data")
+    assert torch.equal(mine, reference), (mine, reference)
+    for name, theirs in reference_weights.items():
+        assert list(mine_weights[name]) == list(theirs)
+        assert all(torch.equal(v, theirs[k]) for k, v in mine_weights[name].items()), name

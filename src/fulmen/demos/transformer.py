@@ -24,21 +24,40 @@ from fulmen.utilities.imports import _REQUESTS_AVAILABLE as _REQUESTS_AVAILABLE
 
 
 class PositionalEncoding(nn.Module):
-    """The sine / cosine position signal added to the token embeddings."""
+    """The sine / cosine position signal added to the token embeddings.
+
+    Lightning 2.6.6's demo adds the signal of ONE position, the one numbered by the sequence length, to every
+    position of the sequence (observed: a ``(batch, 5, dim)`` input gets ``sin(5), cos(5), ...`` on all five
+    rows) instead of each position's own row. Examples written against ``lightning.pytorch.demos`` train to the
+    numbers that choice gives, so it is kept here: with per-position rows the same seed gives other losses and
+    weights from the first step on.
+    """
 
     def __init__(self, dim: int, dropout: float = 0.1, max_len: int = 5000) -> None:
         super().__init__()
         self.dropout = nn.Dropout(p=dropout)
-        position = torch.arange(max_len).unsqueeze(1)
-        scale = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))
-        table = torch.zeros(max_len, dim)
-        table[:, 0::2] = torch.sin(position * scale)
-        table[:, 1::2] = torch.cos(position * scale[: dim // 2])
-        self.table: Tensor
-        self.register_buffer("table", table, persistent=False)
+        self.dim = dim
+        self.max_len = max_len
+        # Built on the first forward, on the input's device, and kept float32 whatever the module is cast to:
+        # a plain attribute rather than a buffer, as Lightning's is (no buffer in ``named_buffers()``, and a
+        # float64 or half input meets the same float32 rows, with torch's type promotion).
+        self.pe: Tensor | None = None
 
     def forward(self, x: Tensor) -> Tensor:  # (batch, sequence, dim)
-        return self.dropout(x + self.table[: x.size(1)])
+        if self.pe is None or self.pe.device != x.device:
+            self.pe = self._init_pos_encoding(x.device)
+        # One row, broadcast over the sequence: see the class docstring. Like Lightning, a sequence of
+        # ``max_len`` tokens or more is an IndexError.
+        return self.dropout(x + self.pe[:, x.size(1)])
+
+    def _init_pos_encoding(self, device: torch.device) -> Tensor:
+        """The ``(1, max_len, dim)`` table: ``sin`` in the even columns, ``cos`` in the odd ones."""
+        position = torch.arange(self.max_len, device=device).unsqueeze(1)
+        scale = torch.exp(torch.arange(0, self.dim, 2, device=device) * (-math.log(10000.0) / self.dim))
+        table = torch.zeros(self.max_len, self.dim, device=device)
+        table[:, 0::2] = torch.sin(position * scale)
+        table[:, 1::2] = torch.cos(position * scale[: self.dim // 2])
+        return table.unsqueeze(0)
 
 
 class Transformer(nn.Module):
@@ -52,8 +71,10 @@ class Transformer(nn.Module):
     ) -> None:  # fmt: skip
         super().__init__()
         self.vocab_size = vocab_size
-        self.embedding = nn.Embedding(vocab_size, ninp)
+        # Registered before the embedding, as Lightning's are: the same module order in ``print(model)``,
+        # ``named_modules()`` and summaries (the positional encoding draws nothing, so the weights do not move).
         self.pos_encoder = PositionalEncoding(ninp, dropout)
+        self.embedding = nn.Embedding(vocab_size, ninp)
         self.transformer = nn.Transformer(
             d_model=ninp, nhead=nhead, num_encoder_layers=nlayers, num_decoder_layers=nlayers,
             dim_feedforward=nhid, dropout=dropout, batch_first=True,
@@ -128,9 +149,11 @@ class WikiText2(Dataset):
         return len(self.data) // self.block_size - 1
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        # Inputs and targets are two slices, one token apart, rather than one chunk split in two: the same for
+        # every index below ``len(self)``, and beyond it (the last partial block, negative indices) the same
+        # ragged pairs Lightning's data set gives.
         start = index * self.block_size
-        chunk = self.data[start : start + self.block_size + 1]
-        return chunk[:-1], chunk[1:]
+        return self.data[start : start + self.block_size], self.data[start + 1 : start + 1 + self.block_size]
 
     @classmethod
     def download(cls, destination: Path) -> None:
