@@ -1,4 +1,5 @@
 import os
+import signal
 import warnings
 
 import pytest
@@ -9,6 +10,12 @@ torch.set_num_threads(1)
 os.environ.setdefault("PYTHONHASHSEED", "0")
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 warnings.filterwarnings("ignore", message=".*num_workers=0.*")
+
+# The Ctrl-C tests rely on Python's own SIGINT handling (a KeyboardInterrupt), here and in the processes they
+# start. A shell that starts the suite with SIGINT ignored (a background job, `nohup`-style runners) hands
+# SIG_IGN down instead: set the handling the tests rely on. A child process then starts with the default
+# disposition (a caught signal is reset by exec; an ignored one would stay ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

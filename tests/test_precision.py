@@ -256,6 +256,6 @@ def test_mixed_precision_pickles_after_a_step():
     precision = MixedPrecision("bf16-mixed", "cpu")
     layer = nn.Linear(2, 1)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
-    precision.optimizer_step(optimizer, lambda: layer(torch.ones(1, 2)).sum().backward(), None)
+    precision.optimizer_step(optimizer, layer, lambda: layer(torch.ones(1, 2)).sum().backward())
     copy = pickle.loads(pickle.dumps(precision))
     assert copy.precision == "bf16-mixed" and not copy.step_was_skipped(optimizer)

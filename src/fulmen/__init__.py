@@ -12,6 +12,7 @@ from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.trainer.trainer import Trainer
 from fulmen.utilities.seed import seed_everything
+from fulmen.utilities.warnings import disable_possible_user_warnings as disable_possible_user_warnings
 
 __version__ = "0.1.0"
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import enum
 import importlib
 import importlib.util
 import inspect
@@ -46,8 +47,10 @@ from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.trainer.trainer import Trainer
 from fulmen.utilities import checkpoint_io
+from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.curves import plot_run
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import RequirementCache as RequirementCache
 from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.parsing import given_init_config
 from fulmen.utilities.rank_zero import rank_zero_warn
@@ -124,6 +127,16 @@ def _plain(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return all(_plain(v) for v in value)
     return value is None or isinstance(value, bool | int | float | str)
+
+
+def _configurable(value: Any) -> bool:
+    """Whether the parser can take ``value`` as a config value and record it as such (a path, an enum member
+    and a dtype are written by name)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _configurable(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(_configurable(v) for v in value)
+    return _plain(value) or isinstance(value, os.PathLike | enum.Enum | torch.dtype | torch.device)
 
 
 def instantiate_module(class_type: type, config: dict[str, Any]) -> Any:
@@ -387,6 +400,7 @@ class LightningCLI:
         self._seed(self._section)
         self.before_instantiate_classes()
         self.instantiate_classes()
+        self.after_instantiate_classes()
         if self.subcommand:
             self._run(self.subcommand)
 
@@ -543,10 +557,26 @@ class LightningCLI:
         path = section.get("ckpt_path") if section is not None else None
         if not self.load_from_checkpoint_support or not path or path in ("last", "best", "hpc", "registry"):
             return
-        if not os.path.isfile(path):
+        if section is None or not os.path.isfile(path):
             return  # the Trainer names the missing file
-        hparams = dict(checkpoint_io.load(path, map_location="cpu", weights_only=True).get("hyper_parameters") or {})
+        # read as the Trainer will read it (--weights_only; by default torch's, which refuses objects with an
+        # error naming them): a file the run is told to trust may hold objects among its hyperparameters
+        # (Lightning reads it with weights_only=True here whatever the option says, so it fails)
+        checkpoint = checkpoint_io.load(path, map_location="cpu", weights_only=section.get("weights_only"))
+        hparams = dict(checkpoint.get("hyper_parameters") or {})
         hparams.pop("_instantiator", None)
+        # an object (a module, a function ... saved by a model not built by this CLI) cannot be a config value:
+        # the parser would let it through, but the recorded config (config.yaml, the next checkpoint) would
+        # hold its repr. The command line's value is kept for it, and the user is told
+        objects = sorted(str(k) for k, v in hparams.items() if not _configurable(v))
+        if objects:
+            rank_zero_warn(
+                f"--ckpt_path={path}: the checkpoint's hyperparameters {', '.join(objects)} are objects, which a "
+                "config cannot hold: the model gets the command line's values for them (its weights still come "
+                "from the checkpoint). To restore the model exactly as saved, use "
+                "Model.load_from_checkpoint(path, weights_only=False)."
+            )
+            hparams = {k: v for k, v in hparams.items() if str(k) not in objects}
         if not hparams:
             return
         class_path = hparams.pop("_class_path", None)
@@ -568,6 +598,10 @@ class LightningCLI:
 
     def before_instantiate_classes(self) -> None:
         """Override to change ``self.config`` before the objects are made."""
+
+    def after_instantiate_classes(self) -> None:
+        """Override to run code once ``self.model``, ``self.datamodule`` and ``self.trainer`` exist, before the
+        subcommand runs."""
 
     def instantiate_classes(self) -> None:
         """Make the model and data module (each recording the config that built it, see
@@ -793,11 +827,14 @@ def main(argv: list[str] | None = None) -> None:
     """The ``fulmen`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["consolidate"]:
+        # --no-weights-only: a trusted directory whose hyperparameters hold objects (as upgrade_checkpoint takes it)
+        trusted = "--no-weights-only" in argv
+        argv = [a for a in argv if a != "--no-weights-only"]
         if len(argv) != 3:
-            raise SystemExit("usage: fulmen consolidate SHARDED_CHECKPOINT_DIR OUTPUT.ckpt")
+            raise SystemExit("usage: fulmen consolidate SHARDED_CHECKPOINT_DIR OUTPUT.ckpt [--no-weights-only]")
         from fulmen.utilities.distributed_checkpoint import consolidate
 
-        checkpoint = consolidate(argv[1], argv[2])
+        checkpoint = consolidate(argv[1], argv[2], weights_only=not trusted)
         print(f"Wrote {argv[2]}: {len(checkpoint.get('state_dict', {}))} tensors of the model, "
               f"{len(checkpoint.get('optimizer_states', []))} optimizer state(s), from {argv[1]}.")  # fmt: skip
         return

@@ -9,15 +9,22 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 from torch.optim import LBFGS, Optimizer
 
+from fulmen.core.hooks import CheckpointHooks
 from fulmen.utilities.apply_func import apply_to_collection
+from fulmen.utilities.enums import GradClipAlgorithmType
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from torch.nn import Module
 
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: one object, not one per forward
 
@@ -53,10 +60,27 @@ def normalize_precision(precision: Any) -> str:
     )
 
 
-class Precision:
-    """Full precision ('32-true'): plain forward and backward."""
+class Precision(CheckpointHooks):
+    """Full precision ('32-true'): plain forward and backward.
+
+    Lightning's hooks are here with Lightning's signatures and moments: :meth:`pre_backward` (the loss, scaled
+    where the precision scales it, then ``on_before_backward``), :meth:`backward` (the module's ``backward``),
+    :meth:`post_backward` (``on_after_backward``), :meth:`optimizer_step` (the closure, then
+    ``on_before_optimizer_step`` and gradient clipping, then the step), the ``*_step_context`` managers the
+    steps run in, :meth:`connect` and :meth:`teardown`. A subclass overriding one is called at that moment;
+    the strategy runs the defaults inline otherwise (see ``Strategy._step_plan``).
+    """
 
     name = "32-true"
+    # the strategy this object serves in a run (Strategy.connect_run sets it): the hooks of pre_backward,
+    # backward, post_backward and optimizer_step are called through its dispatcher; None outside a run
+    _strategy: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the strategy travels on its own (a ddp_spawn worker's run links it again in connect_run)
+        state = dict(self.__dict__)
+        state.pop("_strategy", None)
+        return state
 
     @property
     def precision(self) -> str:
@@ -79,13 +103,88 @@ class Precision:
     def module_init_context(self) -> contextlib.AbstractContextManager[Any]:
         return self.tensor_init_context()
 
-    def pre_backward(self, tensor: Tensor) -> Tensor:
+    def convert_output(self, data: Any) -> Any:
+        """Outputs in the dtype expected after the model's forward (nothing to do at full precision)."""
+        return data
+
+    def connect(
+        self, model: Module, optimizers: list[Optimizer], lr_schedulers: list[Any]
+    ) -> tuple[Module, list[Optimizer], list[Any]]:
+        """Called once the strategy set up the model and the optimizers (``Strategy.setup_precision_plugin``):
+        returns the model, optimizers and learning-rate scheduler configurations to train with (a subclass may
+        wrap them)."""
+        return model, optimizers, lr_schedulers
+
+    # -- the steps' contexts (Lightning's): each runs its step in ``forward_context`` by default --------------
+    def train_step_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The context ``training_step`` runs in."""
+        return self.forward_context()
+
+    def val_step_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The context ``validation_step`` runs in."""
+        return self.forward_context()
+
+    def test_step_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The context ``test_step`` runs in."""
+        return self.forward_context()
+
+    def predict_step_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The context ``predict_step`` runs in."""
+        return self.forward_context()
+
+    # -- backward ------------------------------------------------------------------------------------------
+    def _scale_loss(self, tensor: Tensor) -> Tensor:
+        """The loss backward runs on (a gradient scaler multiplies it; full precision leaves it)."""
         return tensor
+
+    def _call_hooks(self, name: str, *args: Any) -> None:
+        """Hook ``name`` of the callbacks, then of the module, in the run this object serves (none outside one)."""
+        strategy = self._strategy
+        hooks = strategy._hooks if strategy is not None else None
+        if hooks is not None:
+            hooks.call_callbacks(name, *args)
+            hooks.call_module(name, *args)
+
+    def pre_backward(self, tensor: Tensor, module: Module | None) -> Tensor:
+        """Before backward: the loss scaled where this precision scales it, then ``on_before_backward`` (the
+        callbacks', then the module's) with it. Returns the tensor to back-propagate."""
+        tensor = self._scale_loss(tensor)
+        self._call_hooks("on_before_backward", tensor)
+        return tensor
+
+    def backward(
+        self, tensor: Tensor, model: Module | None, optimizer: Optimizer | None, *args: Any, **kwargs: Any
+    ) -> None:
+        """The backward pass: the module's ``backward(tensor, *args, **kwargs)`` hook (``optimizer``: the one
+        being stepped, ``None`` under manual optimization); ``tensor.backward`` for a plain module."""
+        strategy = self._strategy
+        if strategy is not None and strategy._hooks is not None:
+            strategy._module_backward(tensor, optimizer, *args, **kwargs)  # the dispatcher: 1.x signatures too
+            return
+        module_backward = getattr(model, "backward", None)
+        if callable(module_backward):
+            module_backward(tensor, *args, **kwargs)
+        else:
+            tensor.backward(*args, **kwargs)
+
+    def post_backward(self, tensor: Tensor, module: Module | None) -> Tensor:
+        """After backward: ``on_after_backward`` (the callbacks', then the module's). Returns the loss detached
+        (the graph is released)."""
+        closure_loss = tensor.detach()
+        self._call_hooks("on_after_backward")
+        return closure_loss
 
     def unscale_gradients(self, optimizer: Optimizer) -> None:
         pass
 
-    def optimizer_step(
+    def optimizer_step(self, optimizer: Optimizer, model: Module | None, closure: Callable[[], Any], **kwargs: Any) -> Any:
+        """Step ``optimizer``: ``closure`` (training_step and backward), then ``on_before_optimizer_step`` and
+        gradient clipping, then the step (``kwargs``: ``optimizer.step``'s)."""
+        strategy = self._strategy
+        after = strategy._after_closure if strategy is not None and strategy._hooks is not None else None
+        return self._optimizer_step(optimizer, closure, after, **kwargs)
+
+    def _optimizer_step(
         self,
         optimizer: Optimizer,
         closure: Callable[[], Any],
@@ -112,12 +211,35 @@ class Precision:
 
         return optimizer.step(closure=wrapped, **kwargs)
 
-    def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str) -> None:
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        if algorithm == "value":
-            torch.nn.utils.clip_grad_value_(params, clip_val)
-        else:
-            torch.nn.utils.clip_grad_norm_(params, clip_val)
+    def clip_gradients(
+        self,
+        optimizer: Optimizer,
+        clip_val: int | float = 0.0,
+        gradient_clip_algorithm: GradClipAlgorithmType | str = GradClipAlgorithmType.NORM,
+    ) -> None:
+        """Clip ``optimizer``'s gradients (none when ``clip_val`` <= 0): their total norm (``'norm'``, with
+        :meth:`clip_grad_by_norm`) or each element (``'value'``, :meth:`clip_grad_by_value`) to ``clip_val``,
+        after :meth:`unscale_gradients` (a gradient scaler's: clip values mean what they mean at full precision)."""
+        if clip_val <= 0:
+            return
+        self.unscale_gradients(optimizer)
+        if gradient_clip_algorithm == GradClipAlgorithmType.VALUE:
+            self.clip_grad_by_value(optimizer, clip_val)
+        elif gradient_clip_algorithm == GradClipAlgorithmType.NORM:
+            self.clip_grad_by_norm(optimizer, clip_val)
+
+    def clip_grad_by_value(self, optimizer: Optimizer, clip_val: int | float) -> None:
+        """Clamp each gradient element of :meth:`main_params` to ``[-clip_val, clip_val]``."""
+        torch.nn.utils.clip_grad_value_(self.main_params(optimizer), clip_value=clip_val)
+
+    def clip_grad_by_norm(self, optimizer: Optimizer, clip_val: int | float) -> None:
+        """Scale the gradients of :meth:`main_params` so that their total L2 norm is at most ``clip_val``."""
+        torch.nn.utils.clip_grad_norm_(self.main_params(optimizer), clip_val)
+
+    def main_params(self, optimizer: Optimizer) -> Iterator[Tensor]:
+        """The parameters ``optimizer`` steps (what clipping reads): those of its parameter groups."""
+        for group in optimizer.param_groups:
+            yield from group["params"]
 
     def step_was_skipped(self, optimizer: Optimizer) -> bool:
         """Whether the last ``optimizer_step`` of ``optimizer`` left its parameters unchanged (a gradient
@@ -129,6 +251,9 @@ class Precision:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         pass
+
+    def teardown(self) -> None:
+        """Called when the run ends (``Strategy.teardown``): release what the precision held."""
 
 
 class DoublePrecision(Precision):
@@ -206,7 +331,7 @@ class MixedPrecision(Precision):
     def __getstate__(self) -> dict[str, Any]:
         # the weak records of this process's optimizers do not pickle (ddp_spawn sends the trainer to its
         # workers) and mean nothing elsewhere: a copy starts with none
-        state = dict(self.__dict__)
+        state = super().__getstate__()
         for name in ("_stepped", "_skipped", "_step_hooks"):
             state.pop(name)
         return state
@@ -221,10 +346,14 @@ class MixedPrecision(Precision):
     def device_type(self) -> str:
         return self.device
 
-    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.autocast(self.device_type, dtype=self.dtype)
+    def autocast_context_manager(self) -> torch.autocast:
+        """The autocast context the steps run in (Lightning's: without the weight cache)."""
+        return torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=False)
 
-    def pre_backward(self, tensor: Tensor) -> Tensor:
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        return self.autocast_context_manager()
+
+    def _scale_loss(self, tensor: Tensor) -> Tensor:
         if self.scaler is not None:
             return self.scaler.scale(tensor)
         return tensor
@@ -234,7 +363,7 @@ class MixedPrecision(Precision):
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 
-    def optimizer_step(
+    def _optimizer_step(
         self,
         optimizer: Optimizer,
         closure: Callable[[], Any],
@@ -242,7 +371,7 @@ class MixedPrecision(Precision):
         **kwargs: Any,
     ) -> Any:
         if self.scaler is None:
-            return super().optimizer_step(optimizer, closure, after_closure, **kwargs)
+            return super()._optimizer_step(optimizer, closure, after_closure, **kwargs)
         if isinstance(optimizer, LBFGS):
             raise MisconfigurationException(
                 "precision='16-mixed' with a GradScaler cannot step LBFGS (it re-evaluates the closure). "
@@ -271,10 +400,6 @@ class MixedPrecision(Precision):
 
     def step_was_skipped(self, optimizer: Optimizer) -> bool:
         return optimizer in self._skipped
-
-    def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str) -> None:
-        self.unscale_gradients(optimizer)
-        super().clip_gradients(optimizer, clip_val, algorithm)
 
     def state_dict(self) -> dict[str, Any]:
         # a GradScaler's state is the scale and its growth tracker: what makes a resumed run exact

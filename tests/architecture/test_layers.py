@@ -7,6 +7,13 @@
 - nothing outside ``fulmen/trainer/`` reads or writes a private attribute of a trainer (``trainer._x``).
 
 Imports under ``if TYPE_CHECKING:`` are for annotations only (they never run) and are not counted.
+
+A module holds a name from a layer above (``fulmen.core.module.Callback``, because Lightning's module holds it and
+libraries import it from there) only through a ``lazy_aliases`` table (``fulmen/utilities/imports.py``): a PEP 562
+``__getattr__`` that resolves a dotted path on first use, so nothing is imported when the module is. That is the
+one exception to the rule above, and a narrow one: a table names only what the module's own code never uses (not
+bound at module level, read by no function that does not bind it itself), and each path names a fulmen module
+that defines or imports that name.
 """
 
 from __future__ import annotations
@@ -200,3 +207,128 @@ def test_no_private_trainer_state_outside_the_trainer_package():
 def test_the_trainer_module_stays_small():
     """trainer.py holds the entry points and read-only properties; the rest lives in the layers above."""
     assert len((ROOT / "trainer" / "trainer.py").read_text().splitlines()) <= 600
+
+
+# -- lazy_aliases tables: names a module only exposes ----------------------------------------------------------
+def _alias_tables() -> dict[str, tuple[str, dict[str, str]]]:
+    """``{module: (where the table is written, {name: "fulmen.x.y.attribute"})}`` of every ``lazy_aliases`` call:
+    its first argument ``__name__`` (this module) or a module's name, its second a dict literal."""
+    found: dict[str, tuple[str, dict[str, str]]] = {}
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name.lstrip("_") != "lazy_aliases":
+                continue
+            owner, table = node.args[0], node.args[1]
+            target = module if isinstance(owner, ast.Name) and owner.id == "__name__" else ast.literal_eval(owner)
+            assert target not in found, f"{target} has two lazy_aliases tables"
+            found[target] = (module, ast.literal_eval(table))  # a literal: readable here, and by a reviewer
+    return found
+
+
+TABLES = _alias_tables()
+
+
+def _runtime_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Module-level statements that run: ``if TYPE_CHECKING:`` blocks left out."""
+    out: list[ast.stmt] = []
+    for node in body:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            out.extend(_runtime_statements(node.orelse))
+        elif isinstance(node, (ast.If, ast.Try)):
+            out.append(node)
+            for block in (node.body, node.orelse, getattr(node, "finalbody", []),
+                          *(h.body for h in getattr(node, "handlers", []))):  # fmt: skip
+                out.extend(_runtime_statements(block))
+        else:
+            out.append(node)
+    return out
+
+
+def _module_bindings(tree: ast.Module) -> set[str]:
+    """Names bound at module level when the module runs (definitions, assignments, imports)."""
+    bound: set[str] = set()
+    for node in _runtime_statements(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return bound
+
+
+def _global_reads(tree: ast.Module, name: str) -> list[int]:
+    """Lines where the module's code reads ``name`` as a global: at module level, or in a function that does not
+    bind it itself (a local import). Annotations and ``if TYPE_CHECKING:`` blocks are not code that runs."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        annotations = []
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            annotations.extend(node.body)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg, node.args.kwarg]
+            annotations.extend(a.annotation for a in args if a is not None and a.annotation is not None)
+            annotations.append(node.returns)
+        if isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+        skip.update(id(n) for a in annotations if a is not None for n in ast.walk(a))
+
+    def binds(function: ast.AST) -> bool:
+        for n in ast.walk(function):
+            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store):
+                return True
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in n.names):
+                return True
+            if isinstance(n, ast.arg) and n.arg == name:
+                return True
+        return False
+
+    reads: list[int] = []
+
+    def visit(node: ast.AST, in_binding_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if id(child) in skip:
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(child, in_binding_function or binds(child))
+                continue
+            read = isinstance(child, ast.Name) and child.id == name and isinstance(child.ctx, ast.Load)
+            if read and not in_binding_function:
+                reads.append(child.lineno)
+            visit(child, in_binding_function)
+
+    visit(tree, False)
+    return reads
+
+
+def test_the_alias_tables_are_read():
+    """The walk sees the tables (a broken walk would make the test below pass vacuously), and its rule works."""
+    assert TABLES["fulmen.core.module"][1]["Callback"] == "fulmen.callbacks.callback.Callback"
+    assert "is_overridden" in TABLES["fulmen.trainer.trainer"][1]  # a table written in another module
+    source = "import x\nfrom y import z\ndef f():\n    from y import Callback\n    return Callback\ndef g(a: Callback):\n    return Callback\n"
+    assert _global_reads(ast.parse(source), "Callback") == [7]
+
+
+@pytest.mark.parametrize("module", sorted(TABLES))
+def test_an_alias_table_only_exposes_names_the_module_does_not_use(module):
+    written_in, table = TABLES[module]
+    tree = ast.parse(MODULES[module].read_text())
+    bound = _module_bindings(tree)
+    wrong = []
+    for name, path in sorted(table.items()):
+        home, _, attribute = path.rpartition(".")
+        if name in bound:
+            wrong.append(f"{name}: bound in {module} itself, the table entry is never used")
+        if reads := _global_reads(tree, name):
+            wrong.append(f"{name}: read by {module}'s code (lines {reads}): import it, do not alias it")
+        if home not in MODULES:
+            wrong.append(f"{name}: {home} is not a fulmen module")
+        elif attribute not in _module_bindings(ast.parse(MODULES[home].read_text())):
+            wrong.append(f"{name}: {home} does not define or import {attribute}")
+    assert wrong == [], f"the table of {module} (written in {written_in})"
+

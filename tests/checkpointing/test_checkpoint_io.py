@@ -1,4 +1,4 @@
-"""Safe loading, atomic writes, hyperparameters as primitives, safetensors export, load_from_checkpoint."""
+"""Safe loading, atomic writes, hyperparameters as saved, safetensors export, load_from_checkpoint."""
 
 from __future__ import annotations
 
@@ -80,15 +80,24 @@ def test_fulmen_checkpoints_load_with_weights_only_true(tmp_path):
     trainer.fit(HModel(), datamodule=dm)
     path = tmp_path / "plain.ckpt"
     trainer.save_checkpoint(path)
-    # plain torch, no allow-list: everything fulmen writes is tensors, containers and primitives
-    checkpoint = torch.load(path, weights_only=True)
-    assert checkpoint["hyper_parameters"] == {"lr": 0.1, "path": "x/y", "color": "red", "dims": (2, 3)}
+    # the hyperparameters as saved (Lightning's format): the path and the enum member themselves
+    checkpoint = torch.load(path, weights_only=False)
+    assert checkpoint["hyper_parameters"] == {"lr": 0.1, "path": Path("x/y"), "color": Color.RED, "dims": (2, 3)}
     assert checkpoint["hparams_name"] == "kwargs"
     assert checkpoint["datamodule_hyper_parameters"] == {"batch_size": 4}
     assert checkpoint["DM"] == {"seen": 0}
     for key in ("state_dict", "optimizer_states", "lr_schedulers", "epoch", "global_step", "loops", "callbacks",
                 "pytorch-lightning_version"):  # fmt: skip
         assert key in checkpoint
+    # the enum's class is the user's: the safe unpickler needs to be told it may build it; a path needs nothing
+    with pytest.raises(checkpoint_io.UnsafeCheckpointError, match=r"test_checkpoint_io\.Color"):
+        checkpoint_io.load(path)
+    with torch.serialization.safe_globals([Color]):
+        assert checkpoint_io.load(path)["hyper_parameters"]["path"] == Path("x/y")
+    # everything else fulmen writes is tensors, containers and primitives: plain torch, no allow-list
+    trainer.fit(BoringModel(), datamodule=dm)
+    trainer.save_checkpoint(path)
+    assert torch.load(path, weights_only=True)["datamodule_hyper_parameters"] == {"batch_size": 4}
 
 
 def test_load_from_checkpoint_overrides_and_refuses_instances(tmp_path):
@@ -96,7 +105,7 @@ def test_load_from_checkpoint_overrides_and_refuses_instances(tmp_path):
     trainer = _fit(model)
     path = tmp_path / "m.ckpt"
     trainer.save_checkpoint(path)
-    loaded = HModel.load_from_checkpoint(path, color=Color.RED, path=Path("a"))
+    loaded = HModel.load_from_checkpoint(path, weights_only=False, color=Color.RED, path=Path("a"))
     assert loaded.hparams.lr == 0.5 and loaded.hparams.path == Path("a")
     for key, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value)

@@ -275,3 +275,40 @@ def test_hook_order_with_checkpointing_matches_lightning(tmp_path):
     ours = record(fulmen, FulmenModel, ModelCheckpoint, tmp_path / "f")
     theirs = record(pl, LightningModel, pl.callbacks.ModelCheckpoint, tmp_path / "l")
     assert ours == theirs
+
+
+def _managed_ckpt_path(framework: Any, root: Path) -> list[Any]:
+    """``trainer.ckpt_path = path``: which checkpoint later stages load, what the property reads, and the warning
+    when a stage is given another path."""
+    boring = __import__(f"{framework.__name__}.demos.boring_classes", fromlist=["BoringModel"]).BoringModel
+    kwargs = dict(max_epochs=1, limit_train_batches=2, limit_val_batches=1, logger=False, enable_progress_bar=False,
+                  enable_model_summary=False, default_root_dir=root)  # fmt: skip
+    first = framework.Trainer(**kwargs)
+    first.fit(boring())
+    path = first.checkpoint_callback.best_model_path
+    trainer = framework.Trainer(**kwargs)
+    seen: list[Any] = [first.ckpt_path, trainer.ckpt_path]
+    trainer.ckpt_path = path
+    seen.append(os.path.relpath(trainer.ckpt_path, root))
+    model = boring()
+    trainer.validate(model, verbose=False)
+    trainer.test(model, verbose=False)
+    seen.append(os.path.relpath(trainer.ckpt_path, root))
+    trainer.ckpt_path = None
+    trainer.validate(model, verbose=False)
+    seen.append(trainer.ckpt_path)
+    trainer.ckpt_path = path
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.validate(model, ckpt_path=path, verbose=False)
+    seen.append([str(w.message).replace(str(root), "ROOT") for w in caught if "was called" in str(w.message)])
+    seen.append(trainer.ckpt_path == path)
+    trainer.validate(model, verbose=False)  # the path passed ended the one set: nothing loaded now
+    seen.append(trainer.ckpt_path)
+    return seen
+
+
+def test_a_ckpt_path_set_on_the_trainer_loads_as_in_lightning(tmp_path):
+    ours = _managed_ckpt_path(fulmen, tmp_path / "f")
+    assert ours == _managed_ckpt_path(pl, tmp_path / "l")
+    assert ours[:3] == [None, None, os.path.join("checkpoints", "epoch=0-step=2.ckpt")] and len(ours[5]) == 1

@@ -148,3 +148,39 @@ def test_main_passes_the_command_line_as_args_without_rewriting_sys_argv(tmp_pat
     main()
     assert ArgvRecordingModel.seen == [command_line] and sys.argv == command_line
     assert not [w for w in recwarn if "args" in str(w.message) and "sys.argv" in str(w.message)]
+
+
+def _hook_order(cli_module, boring_module, root):
+    """The hooks a LightningCLI subclass overrides, in the order they run, with what exists at each."""
+    events = []
+
+    class Recording(cli_module.LightningCLI):
+        def before_instantiate_classes(self):
+            events.append(("before", hasattr(self, "model"), hasattr(self, "trainer")))
+
+        def after_instantiate_classes(self):
+            events.append(("after", type(self.model).__name__, type(self.trainer).__name__,
+                           self.trainer.lightning_module is None))  # fmt: skip
+
+    class Model(boring_module.BoringModel):
+        def on_fit_start(self):
+            events.append(("fit",))
+
+    Recording(Model, boring_module.BoringDataModule, args=[
+        "fit", "--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.max_steps=1",
+        "--trainer.limit_val_batches=0", "--trainer.enable_model_summary=false", f"--trainer.default_root_dir={root}",
+    ])  # fmt: skip
+    Recording(Model, boring_module.BoringDataModule, run=False, args=["--trainer.logger=false"])
+    return events
+
+
+@oracle.parity
+def test_after_instantiate_classes_runs_once_after_the_classes_as_in_lightning(tmp_path):
+    from fulmen import cli
+    from fulmen.demos import boring_classes
+
+    ours = _hook_order(cli, boring_classes, tmp_path / "f")
+    lightning_boring = oracle.lightning("lightning.pytorch.demos.boring_classes")
+    assert ours == _hook_order(oracle.lightning("lightning.pytorch.cli"), lightning_boring, tmp_path / "l")
+    assert ours == [("before", False, False), ("after", "Model", "Trainer", True), ("fit",),
+                    ("before", False, False), ("after", "Model", "Trainer", True)]  # fmt: skip

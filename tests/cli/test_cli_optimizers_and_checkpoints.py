@@ -5,8 +5,10 @@ environment variables, short class names and what trainer_defaults may hold."""
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -15,7 +17,7 @@ import yaml
 
 pytest.importorskip("jsonargparse")
 
-from fulmen import LightningModule
+from fulmen import LightningModule, Trainer
 from fulmen.callbacks import LearningRateMonitor, ModelCheckpoint
 from fulmen.cli import (
     LightningCLI,
@@ -201,6 +203,38 @@ def test_ckpt_path_builds_the_model_with_the_checkpoints_hyperparameters(tmp_pat
     with pytest.raises(SystemExit):
         _cli(["predict", f"--ckpt_path={path}", *QUIET], BoringModel)
     assert "Parsing of ckpt_path hyperparameters failed" in capsys.readouterr().err
+
+
+class Normalizer:
+    """An object among a model's arguments, which no config can hold."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
+
+
+class WithNormalizer(BoringModel):
+    def __init__(self, norm: Any = None, width: int = 2) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(32, width)
+
+
+def test_ckpt_path_whose_hyperparameters_hold_objects(tmp_path):
+    """A checkpoint saved outside the CLI may hold objects: read as --weights_only says (refused by default,
+    naming them); once trusted, the config takes its plain values and keeps the command line's for the objects."""
+    trainer = Trainer(max_steps=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(WithNormalizer(Normalizer(3.0), width=3))
+    path = tmp_path / "outside.ckpt"
+    trainer.save_checkpoint(path)
+    root = f"--trainer.default_root_dir={tmp_path}"
+    with pytest.raises(pickle.UnpicklingError, match=rf"(?s){__name__}.Normalizer.*--weights_only=false.*add_safe_globals"):
+        _cli(["predict", f"--ckpt_path={path}", root, *QUIET], WithNormalizer)
+    with pytest.warns(UserWarning, match=r"hyperparameters norm are objects, which a config cannot hold"):
+        cli = _cli(["predict", f"--ckpt_path={path}", "--weights_only=false", root, *QUIET], WithNormalizer)
+    assert cli.model.layer.out_features == 3 and cli.model.hparams.norm is None
+    saved = yaml.safe_load(Path(cli.trainer.log_dir, "config.yaml").read_text())
+    assert saved["model"] == {"norm": None, "width": 3}  # no object's repr in the recorded config
 
 
 def test_environment_variables_with_default_env(tmp_path, capsys):

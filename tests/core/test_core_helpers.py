@@ -146,3 +146,68 @@ def test_datamodule_takes_and_ignores_arguments_as_lightning():
     assert mine.trainer is theirs.trainer is None
     assert mine.prepare_data_per_node is theirs.prepare_data_per_node is True
     assert not hasattr(mine, "batch_size") and not hasattr(theirs, "batch_size")
+
+
+def _with_fabric(pl):
+    """A LightningModule set up with Lightning's Fabric: what its fabric, trainer, log, optimizers and
+    manual_backward do there (Fabric is the oracle's: fulmen has none, but a fulmen module must work with it)."""
+    from lightning.fabric import Fabric
+    from lightning.fabric.loggers import Logger as FabricLogger
+
+    logged = []
+
+    class Capture(FabricLogger):
+        name, version = "capture", 0
+
+        def log_metrics(self, metrics, step=None):
+            logged.append({k: float(v) for k, v in metrics.items()})
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            pass
+
+    class Net(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.child = type(self)._Child()
+            self.layer = torch.nn.Linear(3, 1)
+
+        def forward(self, x):
+            return self.layer(x)
+
+        class _Child(pl.LightningModule):
+            pass
+
+    fabric = Fabric(accelerator="cpu", devices=1, loggers=[Capture()])
+    module = Net()
+    before = (module.fabric, module.child.fabric)
+    wrapped, optimizer = fabric.setup(module, torch.optim.SGD(module.parameters(), lr=0.5))
+    loss = wrapped(torch.ones(2, 3)).sum()
+    module.log("loss", loss)
+    module.log_dict({"a": 1.0, "b": torch.tensor(2.0)})
+    module.log("dropped", 3.0, logger=False)
+    with pytest.raises(ValueError, match="values cannot be logged"):
+        module.log("text", "abc")
+    module.manual_backward(loss)
+    module.optimizers().step()
+    with pytest.raises(AttributeError, match=r"self.trainer.max_epochs"):
+        module.trainer.max_epochs  # noqa: B018
+    detached = Net()
+    detached.fabric = fabric
+    return {
+        "before": before, "is_fabric": module.fabric is fabric, "proxy_on_children": detached.child.fabric is not None,
+        "world_size": module.trainer.world_size, "logger": module.logger.name, "loggers": len(module.loggers),
+        "logged": logged, "weight": module.layer.weight.detach().clone(),
+        "optimizer": module.optimizers() is optimizer,
+    }  # fmt: skip
+
+
+@oracle.parity
+def test_a_fabric_attached_module_works_as_lightnings():
+    import fulmen
+
+    ours, theirs = _with_fabric(fulmen), _with_fabric(oracle.lightning())
+    torch.testing.assert_close(ours.pop("weight"), theirs.pop("weight"))
+    assert ours == theirs
+    assert ours["before"] == (None, None) and ours["logged"][0]["loss"] == theirs["logged"][0]["loss"]
+    assert fulmen.LightningModule().fabric is None

@@ -79,3 +79,30 @@ def test_all_gather_on_one_process_returns_the_values():
     model.trainer = Trainer(logger=False, enable_progress_bar=False, max_epochs=1)
     out = model.all_gather({"a": 1.5, "b": [torch.ones(2)], "c": (3,)})
     assert out["a"].item() == 1.5 and torch.equal(out["b"][0], torch.ones(2)) and out["c"][0].item() == 3
+
+
+def _tensorrt_refusal(module_class):
+    with pytest.raises(Exception) as err:  # each framework's own module: compared by class name and message
+        module_class().to_tensorrt(input_sample=torch.randn(1, 32))
+    return type(err.value).__name__, str(err.value)
+
+
+@pytest.mark.parity
+@pytest.mark.skipif(__import__("importlib").util.find_spec("torch_tensorrt") is not None,
+                    reason="torch_tensorrt is installed")  # fmt: skip
+def test_to_tensorrt_without_torch_tensorrt_refuses_as_lightning():
+    from tests.parity import oracle
+
+    lightning_boring = oracle.lightning("lightning.pytorch.demos.boring_classes").BoringModel
+    ours = _tensorrt_refusal(BoringModel)
+    assert ours == ("ModuleNotFoundError", "`BoringModel.to_tensorrt` requires `torch_tensorrt` to be installed. ")
+    assert ours == _tensorrt_refusal(lightning_boring)
+
+
+@pytest.mark.parity
+def test_to_torchscript_is_deprecated_in_lightnings_words():
+    from tests.parity.recorded import boring_model, both
+
+    ours, theirs = both(lambda pl: boring_model(pl)().to_torchscript(), r"to_torchscript")
+    assert ours == theirs and ours.error is None
+    assert [category for category, _ in ours.warnings] == ["LightningDeprecationWarning"]

@@ -122,3 +122,24 @@ def test_neptune_logger_has_lightnings_signature_and_takes_keywords_only():
     assert {p.kind for p in inspect.signature(Theirs).parameters.values()} <= kinds
     with pytest.raises(TypeError, match="keyword arguments only"):
         NeptuneLogger("workspace/project")
+
+
+def _dummy_answers(logger_module):
+    logger = logger_module.DummyLogger()
+    answers = [
+        logger.log_metrics({"a": 1.0}, 3), logger.log_metrics(metrics={"a": 1.0}, step=1), logger.log_metrics(),
+        logger.log_metrics(1, 2, 3, extra=4), logger.log_hyperparams({"lr": 0.1}), logger.log_hyperparams(),
+        logger.log_hyperparams(params={"lr": 0.1}, metrics={"m": 1}), logger[0] is logger,
+        logger[0].experiment.add_image("x", None) and None, logger.some_method_of_another_logger(1, key=2),
+        logger.name, logger.version, logger.save_dir, logger.log_dir,
+    ]  # fmt: skip  (an experiment call answers None in Lightning, the experiment itself here: not compared)
+    return [a if a is None or isinstance(a, (bool, str)) else type(a).__name__ for a in answers]
+
+
+@oracle.parity
+def test_dummy_logger_takes_any_call_as_lightnings():
+    from fulmen.loggers import logger as fulmen_logger
+
+    ours = _dummy_answers(fulmen_logger)
+    assert ours == _dummy_answers(oracle.lightning("lightning.pytorch.loggers.logger"))
+    assert ours[7] is True and ours[-4:-2] == ["", ""]

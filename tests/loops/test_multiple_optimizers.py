@@ -622,3 +622,29 @@ def test_resume_with_two_optimizers_is_exact(tmp_path):
     trainer().fit(resumed, data(), ckpt_path=tmp_path / "mid.ckpt")
     for key, value in weights(straight).items():
         assert torch.equal(weights(resumed)[key], value), key
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("manual", [False, True])
+def test_refusing_optimizer_idx_raises_lightnings_class(tmp_path, manual):
+    """fulmen keeps the 1.x ``optimizer_idx``; where it refuses a setup (several optimizers without the argument,
+    the argument under manual optimization), ``except RuntimeError`` written for Lightning catches it."""
+    from tests.parity.recorded import boring_model, both, raised_as_lightning
+
+    def program(pl):
+        class Two(boring_model(pl)):
+            def __init__(self):
+                super().__init__()
+                self.automatic_optimization = not manual
+
+            def configure_optimizers(self):
+                return [torch.optim.SGD(self.parameters(), lr=0.1), torch.optim.SGD(self.parameters(), lr=0.1)]
+
+        if manual:
+            Two.training_step = lambda self, batch, batch_idx, optimizer_idx: None  # type: ignore[method-assign]
+        pl.Trainer(default_root_dir=tmp_path, max_steps=1, logger=False, enable_progress_bar=False,
+                   enable_model_summary=False).fit(Two())  # fmt: skip
+
+    ours, theirs = both(program, r"^$")
+    assert theirs.error == "RuntimeError" and raised_as_lightning(ours, theirs), (ours, theirs)
+    assert "MisconfigurationException" in ours.classes

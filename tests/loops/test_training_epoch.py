@@ -78,3 +78,28 @@ def test_a_fraction_of_an_epoch_needs_epochs():
 
     with pytest.raises(MisconfigurationException, match="should be an integer or a time-based duration"):
         Trainer(val_check_interval=0.5, check_val_every_n_epoch=None)
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("flag", ["val_check_interval", "accumulate_grad_batches"])
+@pytest.mark.parametrize("stage", ["fit", "validate"])
+def test_an_interval_of_zero_is_taken_and_fails_fit_as_in_lightning(tmp_path, flag, stage):
+    """Lightning takes val_check_interval=0 / accumulate_grad_batches=0 and fails with ZeroDivisionError at the
+    first training batch (after the sanity check); validate runs. fulmen's error is a ZeroDivisionError too."""
+    from tests.parity.recorded import boring_model, both, raised_as_lightning
+
+    sanity = {}
+
+    def program(pl):
+        class Model(boring_model(pl)):
+            def on_validation_start(self):
+                sanity.setdefault(pl.__name__, []).append(self.trainer.sanity_checking)
+
+        trainer = pl.Trainer(default_root_dir=tmp_path, max_epochs=1, limit_train_batches=2, limit_val_batches=1,
+                             logger=False, enable_progress_bar=False, enable_model_summary=False, **{flag: 0})  # fmt: skip
+        getattr(trainer, stage)(Model())
+
+    ours, theirs = both(program, r"interval|accumulate")
+    assert theirs.error == ("ZeroDivisionError" if stage == "fit" else None)
+    assert raised_as_lightning(ours, theirs), (ours, theirs)
+    assert sanity["fulmen"] == sanity["lightning.pytorch"]  # the sanity check ran first in both

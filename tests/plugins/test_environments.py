@@ -41,7 +41,7 @@ def _trainer(plugin, devices=2):
 def test_slurm_environment_gives_the_ranks(clean_env):
     _slurm_task(clean_env, rank=1)
     env = SLURMEnvironment()
-    assert env.detect() and env.creates_processes_externally and env.job_id == 4242
+    assert env.detect() and env.creates_processes_externally and env.job_id() == SLURMEnvironment.job_id() == 4242
     assert (env.world_size(), env.global_rank(), env.local_rank(), env.main_address) == (2, 1, 1, "node07")
     trainer = _trainer(env)
     assert (trainer.world_size, trainer.global_rank, trainer.strategy.cluster_environment.launcher) == (2, 1, "slurm")

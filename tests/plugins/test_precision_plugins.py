@@ -167,6 +167,7 @@ def test_with_the_package_installed_they_refuse_at_use(monkeypatch, tmp_path):
     """Where the package is installed, the objects are made (their arguments checked as Lightning's are) and
     training with them refuses, naming what to use instead."""
     monkeypatch.setattr("fulmen.plugins._unavailable.package_available", lambda name: True)
+    monkeypatch.setattr("fulmen.plugins.precision.xla._XLA_AVAILABLE", True)  # its module's flag decides
     with pytest.raises(ValueError, match="XLAPrecision.*'64-true'"):
         XLAPrecision("64-true")
     with pytest.raises(ValueError, match="8-bit modes compute in float16"):

@@ -35,7 +35,7 @@ def test_xla_profiler_needs_torch_xla_as_in_lightning(monkeypatch):
         Theirs()
     with pytest.raises(ModuleNotFoundError, match="torch_xla.*profiler='pytorch'"):
         XLAProfiler()
-    monkeypatch.setattr("fulmen.plugins._unavailable.package_available", lambda name: True)
+    monkeypatch.setattr("fulmen.profilers.xla._XLA_AVAILABLE", True)  # the module's flag decides, as in Lightning
     profiler = XLAProfiler(port=9100)
     assert profiler.port == 9100
     profiler.start("run_training_epoch")  # not a recorded action: nothing to refuse

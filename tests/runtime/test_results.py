@@ -115,3 +115,45 @@ def test_reset_forgets_values_and_resets_metric_objects():
     assert to_scalars(results.metrics(epoch=True)[0]) == {"acc": 0.5}
     results.reset()
     assert results.items == {} and metric.resets == 1
+
+
+@pytest.mark.parity
+def test_epoch_end_values_and_callback_metrics_are_kept_as_in_lightning(tmp_path):
+    """A value logged after its batch ended (an epoch-end hook) counts with batch size 1: the last batch (here
+    of an ambiguous size) is not looked into; ``callback_metrics`` holds a name's plain key first, then the
+    forked ones."""
+    from lightning.pytorch.utilities import data as theirs_data
+
+    from fulmen.utilities import data as ours_data
+    from fulmen.utilities.rank_zero import WarningCache
+    from tests.parity.recorded import boring_model, both
+
+    seen = {}
+
+    def program(pl):
+        class Model(boring_model(pl)):
+            def training_step(self, batch, batch_idx):
+                out = super().training_step(batch[0], batch_idx)
+                self.log("loss", out["loss"], on_step=True, on_epoch=True, batch_size=4)  # none to look for
+                return out
+
+            def on_train_epoch_end(self):
+                self.log("end", float(self.current_epoch + 1), on_epoch=True)
+                self.log("both", 2.0, on_step=False, on_epoch=True)
+                seen[pl.__name__] = {k: float(v) for k, v in self.trainer.callback_metrics.items()}
+                seen[pl.__name__ + " keys"] = list(self.trainer.callback_metrics)
+
+        data = torch.utils.data.TensorDataset(torch.randn(6, 32), torch.randn(6, 1))
+        loader = torch.utils.data.DataLoader(torch.utils.data.ConcatDataset([data]), batch_size=4,
+                                             collate_fn=lambda b: [torch.stack([x for x, _ in b]), torch.randn(1)])  # fmt: skip
+        pl.Trainer(default_root_dir=tmp_path, max_epochs=1, logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, enable_checkpointing=False).fit(Model(), loader)  # fmt: skip
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(ours_data, "_warnings", WarningCache()), \
+            unittest.mock.patch.object(theirs_data, "warning_cache", type(theirs_data.warning_cache)()):  # fmt: skip
+        ours, theirs = both(program, r"batch_size")
+    assert ours == theirs and ours.error is None and ours.warnings == []  # the last batch is not looked into
+    assert seen["fulmen keys"] == seen["lightning.pytorch keys"] and seen["fulmen keys"][:2] == ["loss", "loss_step"]
+    assert seen["fulmen"]["end"] == seen["lightning.pytorch"]["end"] == 1.0

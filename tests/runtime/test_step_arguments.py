@@ -63,7 +63,11 @@ def test_the_usual_signatures_are_not_wrapped():
     assert _fit_step_arguments("validation_step", variadic, "M") is variadic
 
 
-def test_warnings_lightning_gives_for_a_skipped_step_and_a_missing_val_loader(tmp_path):
+def test_warnings_lightning_gives_for_a_skipped_step_and_a_missing_val_loader(tmp_path, monkeypatch):
+    from fulmen.loops.optimization.automatic import Closure
+    from fulmen.utilities.rank_zero import WarningCache
+
+    monkeypatch.setattr(Closure, "warning_cache", WarningCache())  # said once per process: not yet, here
     class SkipsAll(fulmen.LightningModule):
         def __init__(self):
             super().__init__()

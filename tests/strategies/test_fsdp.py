@@ -321,3 +321,22 @@ def test_sigkill_during_a_sharded_save_leaves_the_previous_checkpoint(runs):
                              enable_model_summary=False, callbacks=[callback, Start()])  # fmt: skip
     trainer.fit(Wide(), indexed_loader(8), ckpt_path="last")
     assert seen == [2] and trainer.ckpt_path == str(directory / "last.ckpt")
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("classes", ["one", "list", "with policy"])
+def test_the_older_activation_checkpointing_argument_is_deprecated_as_in_lightning(classes):
+    from tests.parity.recorded import both, raised_as_lightning
+
+    def program(pl):
+        if classes == "one":
+            pl.strategies.FSDPStrategy(activation_checkpointing=torch.nn.Linear)
+        elif classes == "list":
+            pl.strategies.FSDPStrategy(activation_checkpointing=[torch.nn.Linear])
+        else:
+            pl.strategies.FSDPStrategy(activation_checkpointing=torch.nn.Linear,
+                                       activation_checkpointing_policy={torch.nn.Linear})  # fmt: skip
+
+    ours, theirs = both(program, r"activation_checkpointing")
+    assert ours.warnings == theirs.warnings and raised_as_lightning(ours, theirs), (ours, theirs)
+    assert [category for category, _ in ours.warnings] == ([] if theirs.error else ["LightningDeprecationWarning"])

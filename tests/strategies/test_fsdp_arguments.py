@@ -182,6 +182,34 @@ def test_a_plain_process_reads_a_sharded_checkpoint_whole(tmp_path):
     assert all(torch.equal(checkpoint["state_dict"][k], v) for k, v in model.state_dict().items())
 
 
+class Normalizer:
+    """An object among a model's hyperparameters (what save_hyperparameters records, pickled as Lightning does)."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
+
+
+def test_a_sharded_checkpoint_whose_hyperparameters_hold_objects_loads_when_trusted(tmp_path, capsys):
+    """Its training state is read as a file checkpoint is: refused by default, naming the class; loaded with
+    weights_only=False (load_consolidated, a strategy's load_checkpoint, `fulmen consolidate --no-weights-only`)."""
+    model = nn.Linear(3, 2)
+    path = tmp_path / "objects.ckpt"
+    meta = {"global_step": 1, "hyper_parameters": {"norm": Normalizer(3.0)}, "pytorch-lightning_version": "2.6.6"}
+    _write_sharded(path, meta, {"model": model.state_dict()})
+    with pytest.raises(pickle.UnpicklingError, match=rf"{__name__}\.Normalizer"):
+        distributed_checkpoint.load_consolidated(path)
+    with pytest.raises(pickle.UnpicklingError, match="Normalizer"):
+        fulmen.strategies.SingleDeviceStrategy().load_checkpoint(str(path))
+    assert distributed_checkpoint.load_consolidated(path, weights_only=False)["hyper_parameters"]["norm"].scale == 3.0
+    checkpoint = fulmen.strategies.SingleDeviceStrategy().load_checkpoint(str(path), weights_only=False)
+    assert checkpoint["hyper_parameters"]["norm"].scale == 3.0
+    with pytest.raises(pickle.UnpicklingError, match="Normalizer"):
+        fulmen.cli.main(["consolidate", str(path), str(tmp_path / "out.ckpt")])
+    fulmen.cli.main(["consolidate", str(path), str(tmp_path / "out.ckpt"), "--no-weights-only"])
+    assert "2 tensors of the model" in capsys.readouterr().out
+    assert torch.load(tmp_path / "out.ckpt", weights_only=False)["hyper_parameters"]["norm"].scale == 3.0
+
+
 class _Payload:
     def __reduce__(self):
         return (os.system, ("echo unsafe",))

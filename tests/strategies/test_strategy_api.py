@@ -208,6 +208,8 @@ def fake_torch_xla(monkeypatch):
     modules["torch_xla"].__spec__ = importlib.machinery.ModuleSpec("torch_xla", loader=None)
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
+    for name in ("strategies.xla", "strategies.single_xla", "strategies.launchers.xla"):  # as Lightning's suites
+        monkeypatch.setattr(f"fulmen.{name}._XLA_AVAILABLE", True)
     return marks
 
 

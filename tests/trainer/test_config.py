@@ -56,8 +56,8 @@ def test_fast_dev_run_and_overfit_batches_rewrite_the_loop_flags():
     config = parse(fast_dev_run=3)
     assert (config.max_steps, config.max_epochs, config.num_sanity_val_steps, config.limit_val_batches) == (3, 1, 0, 3)
     assert config.fast_dev_run == 3
-    config = parse(max_epochs=1, overfit_batches=4)
-    assert (config.limit_train_batches, config.limit_val_batches) == (4, 0)
+    config = parse(max_epochs=1, overfit_batches=4)  # Lightning 2.x: the same share of the validation data
+    assert (config.limit_train_batches, config.limit_val_batches) == (4, 4)
 
 
 def test_one_x_spellings():
@@ -82,10 +82,9 @@ def test_a_precision_plugin_sets_the_precision():
     [
         ({"max_epochs": -2}, r"`max_epochs` must be a non-negative integer or -1: got max_epochs=-2"),
         ({"max_steps": 1.5}, r"`max_steps` should be an integer: got max_steps=1.5; use an int >= -1"),
-        ({"min_epochs": 5, "max_epochs": 2}, r"min_epochs=5 is larger than max_epochs=2"),
+        ({"val_check_interval": -1}, r"val_check_interval=-1 must be >= 1"),
+        ({"accumulate_grad_batches": -1}, r"`accumulate_grad_batches` must be an int >= 0: got accumulate_grad_batches=-1"),
         ({"limit_val_batches": 1.5}, r"limit_val_batches=1.5 is a fraction outside"),
-        ({"val_check_interval": 0}, r"val_check_interval=0 must be >= 1"),
-        ({"accumulate_grad_batches": 0}, r"`accumulate_grad_batches` must be an int >= 1: got accumulate_grad_batches=0"),
         ({"gradient_clip_algorithm": "nope"}, r"`gradient_clip_algorithm` nope is invalid \(gradient_clip_algorithm='nope'\). Use 'norm' or 'value'"),
         ({"gradient_clip_val": -1}, r"`gradient_clip_val` should be an int or a float >= 0, got gradient_clip_val=-1"),
         ({"num_nodes": 0}, r"`num_nodes` must be an int >= 1: got num_nodes=0"),
@@ -182,3 +181,36 @@ def test_no_epoch_limit_warns_when_fit_starts_not_before():
     with pytest.warns(PossibleUserWarning, match="`max_epochs` was not set. Setting it to 1000 epochs"):
         trainer.fit(StopAtOnce())
     assert trainer.max_epochs == 1000 and trainer.current_epoch == 1
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"min_epochs": 2, "max_epochs": 1},  # max_epochs wins
+        {"min_epochs": -1},  # no minimum
+        {"min_steps": -3},
+        {"num_sanity_val_steps": -2},  # no sanity check (-1 alone means all batches)
+        {"overfit_batches": 1, "limit_train_batches": "all", "limit_val_batches": -4},  # replaced, so not read
+        {"fast_dev_run": 1, "limit_test_batches": "all"},
+    ],
+)
+def test_flags_lightning_takes_are_taken(tmp_path, flags):
+    from tests.parity.recorded import boring_model, both
+
+    runs = {}
+
+    def program(pl):
+        class Model(boring_model(pl)):
+            def on_validation_start(self):
+                runs.setdefault(pl.__name__, []).append((self.trainer.sanity_checking, self.trainer.global_step))
+
+        trainer = pl.Trainer(**{"default_root_dir": tmp_path, "max_epochs": 1, "limit_train_batches": 2,
+                                "limit_val_batches": 1, "logger": False, "enable_progress_bar": False,
+                                "enable_model_summary": False, **flags})  # fmt: skip
+        trainer.fit(Model())
+        runs.setdefault(pl.__name__, []).append(("end", trainer.current_epoch, trainer.global_step))
+
+    ours, theirs = both(program, r"^$")
+    assert ours.error is None and theirs.error is None, (ours, theirs)
+    assert runs["fulmen"] == runs["lightning.pytorch"]

@@ -105,3 +105,31 @@ def test_a_failing_teardown_hook_is_called_once_and_the_run_still_tears_down(tmp
         trainer.fit(Hooked())
     assert calls == ["teardown", "on_exception", "finalize:failed"]
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("case", ["loader without step", "step without loader", "sharded hook", "both model hooks"])
+def test_the_checks_before_a_run_warn_and_raise_as_in_lightning(tmp_path, case):
+    from tests.parity.recorded import boring_model, both, raised_as_lightning
+
+    def program(pl):
+        base = boring_model(pl)
+
+        class Model(base):
+            pass
+
+        if case == "loader without step":
+            Model.validation_step = None  # type: ignore[assignment]
+            Model.val_dataloader = base.val_dataloader
+        elif case == "step without loader":
+            Model.val_dataloader = pl.LightningModule.val_dataloader  # type: ignore[method-assign]
+        else:
+            Model.configure_sharded_model = lambda self: None  # type: ignore[method-assign]
+            if case == "both model hooks":
+                Model.configure_model = lambda self: None  # type: ignore[method-assign]
+        pl.Trainer(default_root_dir=tmp_path, max_steps=1, limit_val_batches=1, logger=False,
+                   enable_progress_bar=False, enable_model_summary=False).fit(Model())  # fmt: skip
+
+    ours, theirs = both(program, r"val_dataloader|validation_step|configure_sharded_model")
+    assert raised_as_lightning(ours, theirs), (ours, theirs)
+    assert ours.warnings == theirs.warnings and (ours.warnings or case == "both model hooks")

@@ -252,22 +252,22 @@ def test_matmul_precision_holds_for_the_run_and_is_restored():
 
 
 def test_matmul_precision_is_suggested_once_on_a_tensor_core_gpu(monkeypatch, caplog):
-    from fulmen.trainer import runner as trainer_module
+    from fulmen.accelerators import cuda as trainer_module  # the check lives where Lightning's does
 
     monkeypatch.setattr(trainer_module, "_matmul_suggested", False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake A100")
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
     caplog.set_level("INFO", logger="fulmen")
-    trainer_module._suggest_matmul_precision(torch.device("cpu"))  # not CUDA: nothing
+    trainer_module._check_cuda_matmul_precision(torch.device("cpu"))  # not CUDA: nothing
     assert "tensor cores" not in caplog.text
     for _ in range(2):
-        trainer_module._suggest_matmul_precision(torch.device("cuda", 0))
+        trainer_module._check_cuda_matmul_precision(torch.device("cuda", 0))
     assert caplog.text.count("tensor cores") == 1 and "Fake A100" in caplog.text
     monkeypatch.setattr(trainer_module, "_matmul_suggested", False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (6, 1))
     caplog.clear()
-    trainer_module._suggest_matmul_precision(torch.device("cuda", 0))
+    trainer_module._check_cuda_matmul_precision(torch.device("cuda", 0))
     assert "tensor cores" not in caplog.text  # Pascal: nothing to gain
 
 

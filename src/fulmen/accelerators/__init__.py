@@ -7,8 +7,10 @@ from fulmen.accelerators.cpu import CPUAccelerator, get_cpu_stats
 from fulmen.accelerators.cuda import CUDAAccelerator, find_usable_cuda_devices
 from fulmen.accelerators.hpu import HPUAccelerator
 from fulmen.accelerators.mps import MPSAccelerator
+from fulmen.accelerators.registry import AcceleratorRegistry
 from fulmen.accelerators.xla import XLAAccelerator, require_xla
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.imports import lazy_exports as _lazy_exports
 
 _ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu", "hpu")
@@ -18,9 +20,12 @@ def select_accelerator(accelerator: str | Accelerator) -> Accelerator:
     """Resolve the ``accelerator`` flag; ``'gpu'`` means CUDA or MPS, whichever this machine has."""
     if isinstance(accelerator, Accelerator):
         return accelerator
+    if isinstance(accelerator, str) and AcceleratorRegistry.is_user_entry(accelerator):
+        return AcceleratorRegistry.get(accelerator)  # a name registered (or replaced) with AcceleratorRegistry
     if not isinstance(accelerator, str) or accelerator.lower() not in _ACCELERATORS:
+        registered = [name for name in AcceleratorRegistry if AcceleratorRegistry.is_user_entry(name)]
         raise InvalidValueError(
-            f"accelerator={accelerator!r} is not supported. Use one of {list(_ACCELERATORS)} "
+            f"accelerator={accelerator!r} is not supported. Use one of {list(_ACCELERATORS) + registered} "
             "or an Accelerator instance."
         )
     name = accelerator.lower()
@@ -68,10 +73,12 @@ def select_accelerator(accelerator: str | Accelerator) -> Accelerator:
 
 
 __all__ = [
-    "Accelerator", "CPUAccelerator", "CUDAAccelerator", "HPUAccelerator", "MPSAccelerator", "MissingPackageError",
+    "Accelerator", "AcceleratorRegistry", "CPUAccelerator", "CUDAAccelerator", "HPUAccelerator", "MPSAccelerator", "MissingPackageError",
     "XLAAccelerator", "accelerator_name", "find_usable_cuda_devices", "get_cpu_stats", "select_accelerator",
 ]  # fmt: skip
 
 # its submodules read as attributes (``fulmen.trainer.states``) without their own import, as after Lightning's
 # package imports
 __getattr__, __dir__ = _lazy_exports(__name__, {})
+# a class Lightning 2.x deprecated (it warns when made): see fulmen._graveyard
+__getattr__ = _lazy_aliases(__name__, {"TPUAccelerator": "fulmen._graveyard.TPUAccelerator"}, fallback=__getattr__)

@@ -9,6 +9,7 @@ device for a run (``setup_device`` / ``setup``), releases it afterwards (``teard
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +29,16 @@ class MissingPackageError(MisconfigurationException, ModuleNotFoundError):
 
 class _Name(str):
     """An accelerator's name, read both ways programs read it: as a string (``accelerator.name == "cuda"``)
-    and as Lightning's static method (``CUDAAccelerator.name()``)."""
+    and as Lightning's static method (``CUDAAccelerator.name()``). As a class attribute it is a descriptor
+    that gives itself, on the class and on instances alike, as a static method gives its function."""
+
+    __signature__ = inspect.Signature(return_annotation=str)  # what calling it takes: nothing, as name()
 
     def __call__(self) -> str:
         return str(self)
+
+    def __get__(self, instance: object, owner: type | None = None) -> _Name:
+        return self
 
 
 def accelerator_name(accelerator: Any) -> str:

@@ -9,6 +9,7 @@ import torch
 from fulmen.accelerators.accelerator import Accelerator, _as_count, _Name
 from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
 from fulmen.utilities.imports import _PSUTIL_AVAILABLE as _PSUTIL_AVAILABLE
+from fulmen.utilities.imports import RequirementCache as RequirementCache
 
 
 class CPUAccelerator(Accelerator):
@@ -61,15 +62,16 @@ class CPUAccelerator(Accelerator):
 
 def get_cpu_stats() -> dict[str, float]:
     """CPU and memory use of the machine, in percent (``psutil``, imported here only)."""
-    return host_stats("cpu", "CPU statistics")
+    return host_stats("cpu", "CPU statistics", _PSUTIL_AVAILABLE)
 
 
-def host_stats(prefix: str, component: str) -> dict[str, float]:
+def host_stats(prefix: str, component: str, available: object) -> dict[str, float]:
     """Memory, CPU and swap use of the host in percent, keyed ``<prefix>_vm_percent``, ``<prefix>_percent``
-    and ``<prefix>_swap_percent``; ``psutil`` is imported here only (a missing one is named, for ``component``)."""
+    and ``<prefix>_swap_percent``; ``psutil`` is imported here only (a missing one is named, for ``component``).
+    ``available``: the caller's module's ``_PSUTIL_AVAILABLE``, read when it calls (a patched flag counts)."""
     from fulmen.utilities.imports import require
 
-    require("psutil", "psutil", component)
+    require("psutil", "psutil", component, available=available)
     import psutil
 
     return {

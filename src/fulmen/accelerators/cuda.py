@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -9,6 +10,9 @@ import torch
 
 from fulmen.accelerators.accelerator import Accelerator, _as_count, _as_indices, _Name
 from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_info
+
+_log = logging.getLogger(__name__)
 
 
 class CUDAAccelerator(Accelerator):
@@ -26,12 +30,19 @@ class CUDAAccelerator(Accelerator):
         torch.cuda.set_device(device)
 
     def setup(self, trainer: Any) -> None:
-        # device indices then follow the PCI bus order nvidia-smi shows, whatever CUDA's own ordering
+        self.set_nvidia_flags(getattr(trainer, "local_rank", 0))
+        _clear_cuda_memory()
+
+    @staticmethod
+    def set_nvidia_flags(local_rank: int) -> None:
+        """Number the devices in the PCI bus order nvidia-smi shows (``CUDA_DEVICE_ORDER=PCI_BUS_ID``), whatever
+        CUDA's own ordering, and log which devices this local rank sees."""
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        _release_cached_memory()
+        devices = os.getenv("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(num_cuda_devices())))
+        _log.info(f"LOCAL_RANK: {local_rank} - CUDA_VISIBLE_DEVICES: [{devices}]")
 
     def teardown(self) -> None:
-        _release_cached_memory()
+        _clear_cuda_memory()
 
     def get_device_stats(self, device: torch.device | str | int) -> dict[str, Any]:
         """The CUDA caching allocator's statistics (``torch.cuda.memory_stats``): no device synchronisation."""
@@ -79,8 +90,9 @@ class CUDAAccelerator(Accelerator):
         return num_cuda_devices() > 0
 
 
-def _release_cached_memory() -> None:
-    """Give the memory torch's caching allocator (and cuBLAS's workspaces) hold back to the driver."""
+def _clear_cuda_memory() -> None:
+    """Give the memory torch's caching allocator (and cuBLAS's workspaces) hold back to the driver (called as
+    this module's name when a run sets up and tears down, so a test can patch it)."""
     if not torch.cuda.is_initialized():
         return
     clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
@@ -139,11 +151,37 @@ def _physical_gpu_id(index: int) -> str:
     return visible.split(",")[index].strip()
 
 
+_matmul_suggested = False
+
+
+def _check_cuda_matmul_precision(device: torch.device) -> None:
+    """Once per process, as Lightning does: a CUDA GPU with tensor cores left at float32 'highest' matmul
+    precision runs float32 matmuls several times slower than it could. A run without
+    ``Trainer(matmul_precision=...)`` calls it as this module's name when it starts (a test can patch it)."""
+    global _matmul_suggested
+    if _matmul_suggested or device.type != "cuda" or torch.get_float32_matmul_precision() != "highest":
+        return
+    if torch.cuda.get_device_capability(device) < (7, 0):  # no tensor cores before Volta
+        return
+    _matmul_suggested = True
+    rank_zero_info(
+        f"The CUDA device {torch.cuda.get_device_name(device)!r} has tensor cores, and float32 matmuls run at "
+        "'highest' precision. Trainer(matmul_precision='high') (or 'medium') trades a little precision for "
+        "much faster float32 matmuls; pass matmul_precision='highest' to keep the current setting and "
+        "silence this message."
+    )
+
+
 def num_cuda_devices() -> int:
     """The CUDA devices torch sees (after ``CUDA_VISIBLE_DEVICES``), counted without initialising CUDA. Every
     count in this module goes through it, so a test can stand in a machine's GPUs by replacing it (as test
     suites written for Lightning do with ``monkeypatch.setattr(cuda_module, "num_cuda_devices", ...)``)."""
     return torch.cuda.device_count()
+
+
+def is_cuda_available() -> bool:
+    """Whether torch sees a CUDA device, answered without initialising CUDA (so a process may still fork)."""
+    return num_cuda_devices() > 0
 
 
 def find_usable_cuda_devices(num_devices: int = -1) -> list[int]:

@@ -18,6 +18,11 @@ class HPUAccelerator(Accelerator):
     package = "habana_frameworks"
     install = "Intel Gaudi's software stack, which provides habana_frameworks.torch"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Lightning 2.6.6 keeps this name for a class it removed, taking any arguments (and raising); fulmen's
+        # trains on one Gaudi device (see fulmen._graveyard) and, as the other accelerators, takes none
+        super().__init__(*args, **kwargs)
+
     def setup_device(self, device: torch.device) -> None:
         pass
 

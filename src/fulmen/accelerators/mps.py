@@ -65,4 +65,4 @@ class MPSAccelerator(Accelerator):
 
 def get_device_stats() -> dict[str, float]:
     """CPU and memory use of an Apple silicon Mac, in percent (``psutil``, imported here only)."""
-    return host_stats("M1", "MPS device statistics")
+    return host_stats("M1", "MPS device statistics", _PSUTIL_AVAILABLE)

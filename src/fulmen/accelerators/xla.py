@@ -19,9 +19,11 @@ def xla_installed() -> bool:
     return importlib.util.find_spec("torch_xla") is not None
 
 
-def require_xla(component: str) -> None:
-    """Raise :class:`MissingPackageError` (a ``ModuleNotFoundError``) naming what to install or use instead."""
-    if not xla_installed():
+def require_xla(component: str, available: object = None) -> None:
+    """Raise :class:`MissingPackageError` (a ``ModuleNotFoundError``) naming what to install or use instead.
+    ``available``: the ``_XLA_AVAILABLE`` flag of the caller's module, read by the caller when it runs, which
+    then decides instead of a look-up (a patched flag counts, as in Lightning)."""
+    if not (xla_installed() if available is None else available):
         raise MissingPackageError(
             f"{component} needs the `torch_xla` package, which is not installed: on a TPU host run "
             "`pip install torch_xla` (matching your torch version). On this machine use accelerator='cpu' or "
@@ -117,3 +119,5 @@ class XLAAccelerator(Accelerator):
         import torch_xla.core.xla_model as xm
 
         return [torch.device(xm.xla_device())]
+
+FabricXLAAccelerator = XLAAccelerator  # Lightning Fabric's XLAAccelerator, the base of Lightning's: fulmen's is the one class

@@ -6,6 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
 from fulmen.tuner.batch_size_scaling import check_arguments, scale_batch_size
+from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
+from fulmen.utilities.parsing import lightning_hasattr as lightning_hasattr
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -45,6 +48,13 @@ class BatchSizeFinder(Callback):
         self.max_val = max_val
         self.optimal_batch_size: int | None = init_val
         self._done = False
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str | None = None) -> None:
+        """Lightning refuses here what it cannot search: distributed strategies and dataloaders passed to the
+        method, which fulmen searches (the loader passed is rebuilt), and checks the batch-size field and the
+        number of evaluation loaders, which fulmen checks when the search starts (it knows then which loader
+        is searched). Nothing is left to do here; a subclass may extend the hook with its own checks."""
+        super().setup(trainer, pl_module, stage)  # type: ignore[arg-type]
 
     def scale_batch_size(self, trainer: Trainer, pl_module: LightningModule) -> None:
         method = trainer.state.fn.value if trainer.state.fn is not None else "fit"

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fulmen.accelerators import get_cpu_stats
+from fulmen.accelerators import cpu as _cpu  # `_cpu.get_cpu_stats` read when logging: patching it counts
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _PSUTIL_AVAILABLE as _PSUTIL_AVAILABLE
+from fulmen.utilities.imports import require
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -34,19 +35,20 @@ class DeviceStatsMonitor(Callback):
                 "Cannot use `DeviceStatsMonitor` callback with `Trainer(logger=False)`: it logs to the loggers. "
                 "Pass a logger, e.g. Trainer(logger=CSVLogger('logs'))."
             )
-        if self._cpu_stats is not False and trainer.strategy.root_device.type == "cpu":
-            get_cpu_stats()  # fails now, naming the package, when psutil is missing
+        if self._cpu_stats or (self._cpu_stats is None and trainer.strategy.root_device.type == "cpu"):
+            # fails now, naming the package, when psutil is missing (this module's flag, read now)
+            require("psutil", "psutil", "DeviceStatsMonitor (CPU statistics)", available=_PSUTIL_AVAILABLE)
 
     def _log(self, trainer: Trainer, hook: str) -> None:
         if not trainer.loggers or not trainer.run_context.metrics.should_log_step():
             return
         device = trainer.strategy.root_device
         if device.type == "cpu":
-            stats = get_cpu_stats() if self._cpu_stats is not False else {}
+            stats = _cpu.get_cpu_stats() if self._cpu_stats is not False else {}
         else:
             stats = dict(trainer.accelerator.get_device_stats(device))
             if self._cpu_stats:
-                stats.update(get_cpu_stats())
+                stats.update(_cpu.get_cpu_stats())
         if not stats:
             return
         prefix = f"{type(self).__qualname__}.{hook}"
@@ -61,14 +63,24 @@ class DeviceStatsMonitor(Callback):
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._log(trainer, "on_train_batch_end")
 
-    def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+    def on_validation_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._log(trainer, "on_validation_batch_start")
 
-    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+    def on_validation_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
         self._log(trainer, "on_validation_batch_end")
 
-    def on_test_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+    def on_test_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._log(trainer, "on_test_batch_start")
 
-    def on_test_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+    def on_test_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
         self._log(trainer, "on_test_batch_end")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -9,13 +11,16 @@ import torch
 
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
-from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from fulmen.utilities.rank_zero import rank_prefixed_message as rank_prefixed_message
+from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
     from fulmen.trainer.trainer import Trainer
 
-_MODES = {"min": (torch.lt, "<"), "max": (torch.gt, ">")}
+# where the callback says why it stops (a child of fulmen's logger); looked up when it logs, so patching
+# `fulmen.callbacks.early_stopping.log` (or its `info`) sees the messages
+log = logging.getLogger(__name__)
 
 
 class EarlyStoppingReason(Enum):
@@ -39,6 +44,10 @@ class EarlyStopping(Callback):
 
     _is_monitoring_callback = True
 
+    mode_dict = {"min": torch.lt, "max": torch.gt}
+
+    order_dict = {"min": "<", "max": ">"}
+
     def __init__(
         self,
         monitor: str,
@@ -54,8 +63,10 @@ class EarlyStopping(Callback):
         log_rank_zero_only: bool = False,
     ) -> None:
         super().__init__()
-        if mode not in _MODES:
-            raise MisconfigurationException(f"EarlyStopping(mode={mode!r}): `mode` can be 'min' or 'max', got {mode}.")
+        if mode not in self.mode_dict:
+            raise MisconfigurationException(
+                f"EarlyStopping(mode={mode!r}): `mode` can be {', '.join(self.mode_dict)}, got {mode}."
+            )
         if not isinstance(patience, int) or patience < 0:
             raise MisconfigurationException(f"EarlyStopping(patience={patience!r}) must be an int >= 0.")
         self.monitor = monitor
@@ -68,14 +79,19 @@ class EarlyStopping(Callback):
         self.divergence_threshold = divergence_threshold
         self.log_rank_zero_only = log_rank_zero_only
         self._check_on_train_epoch_end = check_on_train_epoch_end
-        self.monitor_op, self._order = _MODES[mode]
         # improvement means: current beats best by more than |min_delta|, in the mode's direction
-        self.min_delta = abs(min_delta) if mode == "max" else -abs(min_delta)
+        increasing = self.monitor_op == torch.gt
+        self.min_delta = abs(min_delta) if increasing else -abs(min_delta)
         self.wait_count = 0
         self.stopped_epoch = 0
-        self.best_score = torch.tensor(torch.inf if mode == "min" else -torch.inf)
+        self.best_score = torch.tensor(-torch.inf if increasing else torch.inf)
         self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
         self.stopping_reason_message: str | None = None
+
+    @property
+    def monitor_op(self) -> Callable[..., Any]:
+        """``torch.lt`` for ``mode="min"``, ``torch.gt`` for ``"max"``: whether a value beats another."""
+        return self.mode_dict[self.mode]
 
     @property
     def state_key(self) -> str:
@@ -125,12 +141,15 @@ class EarlyStopping(Callback):
             self.stopping_reason = why or EarlyStoppingReason.NOT_STOPPED
             self.stopping_reason_message = reason if why is not None else None
         if reason and self.verbose:
-            prefix = (
-                f"[rank: {trainer.global_rank}] "
-                if trainer.world_size > 1 and not self.log_rank_zero_only
-                else ""
-            )
-            rank_zero_info(prefix + reason) if self.log_rank_zero_only else print(prefix + reason)
+            self._log_info(trainer, reason, self.log_rank_zero_only)
+
+    @staticmethod
+    def _log_info(trainer: Trainer | None, message: str, log_rank_zero_only: bool) -> None:
+        """``message`` to ``log.info``: with several processes prefixed by this rank (``[rank: 1] ...``), and
+        on rank zero only when ``log_rank_zero_only``."""
+        rank = trainer.global_rank if trainer is not None and trainer.world_size > 1 else None
+        if rank is None or rank == 0 or not log_rank_zero_only:
+            log.info(rank_prefixed_message(message, rank))
 
     def _evaluate(self, current: torch.Tensor) -> tuple[EarlyStoppingReason | None, str | None]:
         """Why to stop (None: go on), and the sentence to print."""
@@ -141,8 +160,8 @@ class EarlyStopping(Callback):
             )
         if self.stopping_threshold is not None and self.monitor_op(current, self.stopping_threshold):
             return EarlyStoppingReason.STOPPING_THRESHOLD, (
-                f"{self.monitor}={current.item():.4g} {self._order} stopping_threshold={self.stopping_threshold}: "
-                "Stopping threshold reached, stopping."
+                f"{self.monitor}={current.item():.4g} {self.order_dict[self.mode]} "
+                f"stopping_threshold={self.stopping_threshold}: Stopping threshold reached, stopping."
             )
         if self.divergence_threshold is not None and self.monitor_op(-current, -self.divergence_threshold):
             return EarlyStoppingReason.DIVERGENCE_THRESHOLD, (

@@ -86,11 +86,11 @@ class GradientAccumulationScheduler(Callback):
     def going_to_accumulate_grad_batches(self) -> bool:
         return any(v > 1 for v in self.scheduling.values())
 
-    def get_accumulate_grad_batches(self, position: int) -> int:
-        """The factor at ``position`` (an epoch or a global step, by ``mode``)."""
+    def get_accumulate_grad_batches(self, epoch: int) -> int:
+        """The factor at ``epoch`` (an epoch, or with ``mode="step"`` a global step)."""
         factor = 1
         for threshold in self.epochs:
-            if threshold > position:
+            if threshold > epoch:
                 break
             factor = self.scheduling[threshold]
         return factor
@@ -118,7 +118,7 @@ class GradientAccumulationScheduler(Callback):
                 "accumulation window (when the optimizer steps): the hooks will not be called on every batch."
             )
 
-    def on_train_epoch_start(self, trainer: Trainer, *_: Any) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.mode == "epoch":
             trainer.accumulate_grad_batches = self.get_accumulate_grad_batches(trainer.current_epoch)
 

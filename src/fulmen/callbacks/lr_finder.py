@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from fulmen.callbacks.callback import Callback
 from fulmen.tuner.lr_finder import LRFinder, lr_find
 from fulmen.utilities.rank_zero import rank_zero_info
+from fulmen.utilities.seed import isolate_rng as isolate_rng
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -18,6 +19,8 @@ class LearningRateFinder(Callback):
     (``attr_name``, else ``lr`` / ``learning_rate``); the finder is in ``optimal_lr`` afterwards. fit then
     builds its optimizers again, with the suggested rate. Not run when fit resumes from a checkpoint."""
 
+    SUPPORTED_MODES = ("linear", "exponential")
+
     def __init__(
         self,
         min_lr: float = 1e-8,
@@ -28,6 +31,9 @@ class LearningRateFinder(Callback):
         update_attr: bool = True,
         attr_name: str = "",
     ) -> None:
+        mode = mode.lower()
+        if mode not in self.SUPPORTED_MODES:
+            raise ValueError(f"`mode` should be either of {self.SUPPORTED_MODES}")
         self._options = {"min_lr": min_lr, "max_lr": max_lr, "num_training": num_training_steps, "mode": mode,
                          "early_stop_threshold": early_stop_threshold, "update_attr": update_attr,
                          "attr_name": attr_name}  # fmt: skip

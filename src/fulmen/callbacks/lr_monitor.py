@@ -10,6 +10,7 @@ import torch
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
+from fulmen.utilities.types import LRSchedulerConfig as LRSchedulerConfig
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -113,7 +114,7 @@ class LearningRateMonitor(Callback):
         # callbacks can monitor them (EarlyStopping(monitor="lr-SGD")), as in Lightning
         trainer.run_context.metrics.callback.update({k: torch.tensor(v) for k, v in stats.items()})
 
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         if self.logging_interval == "epoch" or not trainer.run_context.metrics.should_log_step():
             return
         self._log(trainer, "step")

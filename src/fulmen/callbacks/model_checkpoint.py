@@ -7,8 +7,9 @@ checkpoint the run resumed from nor anything outside ``dirpath``.
 import contextlib
 import datetime
 import math
+import os as os  # Lightning's module holds it: `save_last="link"` links with its `os.symlink` (cloud_io.link)
 import re
-import time
+import time  # read when the callback runs: `train_time_interval` is timed with this module's `time.monotonic`
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -16,6 +17,7 @@ import torch
 
 from fulmen.callbacks.checkpoint import Checkpoint
 from fulmen.utilities import cloud_io, distributed_checkpoint
+from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import WarningCache, rank_zero_info, rank_zero_warn
 
@@ -23,7 +25,27 @@ if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
     from fulmen.trainer.trainer import Trainer
 
+warning_cache = WarningCache()  # Lightning's module-level cache, for code that warns through it
+
 _FIELD = re.compile(r"\{([^{}:]+)(?::[^{}]*)?\}")
+# Lightning's words (users filter on them) for a step-triggered save under manual optimization
+_MANUAL_STEP_ADVICE = (
+    "Using ModelCheckpoint with manual optimization and every_n_train_steps, but no pre-optimization state was "
+    "saved. The checkpoint will contain the model state AFTER optimization. To save the pre-optimization "
+    "state, save the model state in training_step before optimizer.step(). Example:\n"
+    "def training_step(self, batch, batch_idx):\n"
+    "    # ... forward pass, loss calculation, backward pass ...\n"
+    "    # Save model state before optimization\n"
+    "    if not hasattr(self, 'saved_models'):\n"
+    "        self.saved_models = {}\n"
+    "    self.saved_models[batch_idx] = {\n"
+    "        k: v.detach().clone() for k, v in self.layer.state_dict().items()\n"
+    "    }\n"
+    "    # Then perform optimization\n"
+    "    optimizer.zero_grad()\n"
+    "    self.manual_backward(loss)\n"
+    "    optimizer.step()"
+)
 
 
 class ModelCheckpoint(Checkpoint):
@@ -164,7 +186,35 @@ class ModelCheckpoint(Checkpoint):
                 self._last_time_checked = now
         if skip_batch and skip_time:
             return
+        if not skip_batch and not pl_module.automatic_optimization:
+            self._save_after_manual_step(trainer, pl_module)
+            return
         self._save(trainer, by_step=True)
+
+    def _save_after_manual_step(self, trainer: "Trainer", pl_module: "LightningModule") -> None:
+        """A step-triggered save under manual optimization, as Lightning does it: the weights are those after
+        ``optimizer.step()`` (said in a warning), unless ``training_step`` kept the state of ``self.layer``
+        from before the step in ``self.saved_models[batch_idx]`` (the recipe the warning gives): the latest
+        of those is saved instead. A monitored metric not logged yet leaves the save to validation."""
+        if self.monitor is not None and self.monitor not in self._monitor_candidates(trainer):
+            return
+        saved = getattr(pl_module, "saved_models", None)
+        layer = getattr(pl_module, "layer", None)
+        if not (isinstance(saved, dict) and saved and isinstance(layer, torch.nn.Module)):
+            if trainer.is_global_zero:
+                rank_zero_warn(_MANUAL_STEP_ADVICE, category=UserWarning)
+            self._save(trainer, by_step=True)
+            return
+        before = saved[max(saved)]
+        if not isinstance(before, dict):
+            raise TypeError("Saved model state must be a dictionary")
+        with torch.no_grad():
+            after = {k: v.detach().clone() for k, v in layer.state_dict().items()}
+            try:
+                layer.load_state_dict(before)
+                self._save(trainer, by_step=True)
+            finally:
+                layer.load_state_dict(after)
 
     def on_train_epoch_end(self, trainer: "Trainer", pl_module: "LightningModule") -> None:
         if (
@@ -258,16 +308,17 @@ class ModelCheckpoint(Checkpoint):
 
     # -- names -----------------------------------------------------------------------------------------
     def format_checkpoint_name(
-        self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None, prefix: str = ""
+        self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None, prefix: str | None = None
     ) -> str:
-        """The file path for ``metrics``: ``'{epoch}-{val_loss:.2f}'`` -> ``epoch=3-val_loss=0.12.ckpt``."""
+        """The file path for ``metrics``: ``'{epoch}-{val_loss:.2f}'`` -> ``epoch=3-val_loss=0.12.ckpt``; a
+        ``prefix`` (even ``""``) is joined in front with ``CHECKPOINT_JOIN_CHAR``."""
         name = self._format_template(filename or self.filename, metrics, prefix)
         if ver is not None:
             name = self.CHECKPOINT_JOIN_CHAR.join((name, f"v{ver}"))
         name += self.FILE_EXTENSION
         return cloud_io.join(self.dirpath, name) if self.dirpath else name
 
-    def _format_template(self, template: str | None, metrics: dict[str, Any], prefix: str) -> str:
+    def _format_template(self, template: str | None, metrics: dict[str, Any], prefix: str | None) -> str:
         template = template or "{epoch}" + self.CHECKPOINT_JOIN_CHAR + "{step}"
         names = _FIELD.findall(template)
         if self.auto_insert_metric_name:
@@ -286,15 +337,23 @@ class ModelCheckpoint(Checkpoint):
             values[key] = value
             template = re.sub(r"\{" + re.escape(name) + r"(?=[:}])", "{" + key, template, count=1)
         name = template.format(**values)
-        return self.CHECKPOINT_JOIN_CHAR.join((prefix, name)) if prefix else name
+        return self.CHECKPOINT_JOIN_CHAR.join((prefix, name)) if prefix is not None else name
 
-    def _versioned_path(self, metrics: dict[str, Any], filename: str | None, keep: str | None) -> str:
+    def file_exists(self, filepath: str | Path, trainer: "Trainer") -> bool:
+        """Whether ``filepath`` exists, as global rank 0 sees it: every rank gets rank 0's answer (a
+        collective under several processes), so all of them choose the same file names."""
+        local_decision = cloud_io.exists(filepath) if trainer.is_global_zero else False
+        return trainer.strategy.reduce_boolean_decision(local_decision, all=False)
+
+    def _versioned_path(
+        self, trainer: "Trainer", metrics: dict[str, Any], filename: str | None, keep: str | None
+    ) -> str:
         """``format_checkpoint_name``, adding ``-vN`` while the name belongs to an unrelated file."""
         path = self.format_checkpoint_name(metrics, filename)
         if not self._enable_version_counter:
             return path
         version = self.STARTING_VERSION
-        while cloud_io.exists(path) and path != keep:
+        while self.file_exists(path, trainer) and path != keep:
             path = self.format_checkpoint_name(metrics, filename, ver=version)
             version += 1
         return path
@@ -379,21 +438,22 @@ class ModelCheckpoint(Checkpoint):
         if self.monitor is None:
             # after a resume, best_model_path (restored) names the file this one replaces
             previous = self.best_model_path if self.save_top_k == 1 else ""
-            path = self._versioned_path(candidates, None, keep=previous or None)
+            path = self._versioned_path(trainer, candidates, None, keep=previous or None)
             self._write(trainer, path, names="best_model_path")
             if previous and previous != path:
                 self._retired.append(previous)
             return
         current = candidates.get(self.monitor)
         if current is None:
+            # Lightning's words (programs match on them), said once per process as its module-level cache does
             message = (
-                f"ModelCheckpoint(monitor={self.monitor!r}) could not find {self.monitor!r} in the logged "
-                f"metrics: {sorted(k for k in candidates if k not in ('epoch', 'step'))}. Log it with "
-                f"self.log({self.monitor!r}, value) or change `monitor`."
+                f"`ModelCheckpoint(monitor={self.monitor!r})` could not find the monitored key in the returned"
+                f" metrics: {list(candidates)}. HINT: Did you call `log({self.monitor!r}, value)` in the"
+                " `LightningModule`?"
             )
             if trainer.validate_loop.has_run:
                 raise MisconfigurationException(message)
-            self._warnings.warn(message)
+            warning_cache.warn(message)
             return
         current = torch.as_tensor(current).detach().float().cpu()
         if self.check_monitor_top_k(trainer, current):
@@ -414,7 +474,7 @@ class ModelCheckpoint(Checkpoint):
             self.best_k_models.pop(replaced, None)
         if torch.isnan(current):
             current = torch.tensor(math.inf if self.mode == "min" else -math.inf)
-        path = self._versioned_path(candidates, None, keep=replaced or None)
+        path = self._versioned_path(trainer, candidates, None, keep=replaced or None)
         self.current_score = current
         self.best_k_models[path] = current
         pick_worst, pick_best = (max, min) if self.mode == "min" else (min, max)
@@ -443,7 +503,7 @@ class ModelCheckpoint(Checkpoint):
 
     def _rotate_last(self, trainer: "Trainer", candidates: dict[str, Any]) -> str:
         previous = self.last_model_path
-        path = self._versioned_path(candidates, self.CHECKPOINT_NAME_LAST, keep=previous or None)
+        path = self._versioned_path(trainer, candidates, self.CHECKPOINT_NAME_LAST, keep=previous or None)
         self._write(trainer, path, names="last_model_path")
         if previous and previous != path:
             self._remove(trainer, previous)

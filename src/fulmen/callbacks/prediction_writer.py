@@ -13,6 +13,7 @@ from fulmen.utilities import checkpoint_io, cloud_io
 from fulmen.utilities.apply_func import apply_to_collection
 from fulmen.utilities.enums import LightningEnum
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -145,3 +146,9 @@ class PredictionFileWriter(BasePredictionWriter):
 
 def _to_cpu(value: Any) -> Any:
     return apply_to_collection(value, torch.Tensor, lambda t: t.detach().cpu())
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "is_param_in_hook_signature": "fulmen.utilities.signature_utils.is_param_in_hook_signature",
+})  # fmt: skip

@@ -12,11 +12,14 @@ from torch import nn
 from torch.nn.utils import prune
 
 from fulmen.callbacks.callback import Callback
+from fulmen.core.module import LightningModule
+from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import rank_zero_debug as rank_zero_debug
 from fulmen.utilities.rank_zero import rank_zero_info
+from fulmen.utilities.rank_zero import rank_zero_only as rank_zero_only
 
 if TYPE_CHECKING:
-    from fulmen.core.module import LightningModule
     from fulmen.trainer import Trainer
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
@@ -133,17 +136,51 @@ class ModelPruning(Callback):
         """Override to choose among the candidates."""
         return parameters_to_prune
 
-    def _candidates(self, pl_module: LightningModule) -> list[tuple[nn.Module, str]]:
-        if self._parameters_to_prune:
-            return list(self._parameters_to_prune)
-        modules = [m for m in pl_module.modules() if m is not pl_module and not isinstance(m, _CONTAINERS)]
-        return [(m, name) for name in self._parameter_names for m in modules
-                if isinstance(getattr(m, name, None), torch.Tensor)]  # fmt: skip
+    @staticmethod
+    def sanitize_parameters_to_prune(
+        pl_module: LightningModule,
+        parameters_to_prune: Sequence[tuple[nn.Module, str]] = (),
+        parameter_names: Sequence[str] = (),
+    ) -> Sequence[tuple[nn.Module, str]]:
+        """The ``(module, name)`` pairs to prune: ``parameters_to_prune`` checked against the model, or when
+        it is empty every ``nn.Parameter`` named in ``parameter_names`` (default ``PARAMETER_NAMES``) of the
+        model's modules (containers aside).
+
+        Raises:
+            MisconfigurationException: a module of ``parameters_to_prune`` is not in the model or lacks the
+                parameter, or ``parameters_to_prune`` is not a list or tuple of ``(nn.Module, str)`` pairs.
+        """
+        names = parameter_names or ModelPruning.PARAMETER_NAMES
+        current_modules = [m for m in pl_module.modules() if not isinstance(m, _CONTAINERS)]
+        if not parameters_to_prune:
+            return [(m, name) for name in names for m in current_modules
+                    if isinstance(getattr(m, name, None), nn.Parameter)]  # fmt: skip
+        if not (
+            isinstance(parameters_to_prune, (list, tuple))
+            and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in parameters_to_prune)
+            and all(isinstance(m, nn.Module) and isinstance(name, str) for m, name in parameters_to_prune)
+        ):
+            raise MisconfigurationException(
+                "The provided `parameters_to_prune` should either be list of tuple"
+                " with 2 elements: (nn.Module, parameter_name_to_prune) or None"
+            )
+        missing_modules = [m for m, _ in parameters_to_prune if not any(m is c for c in current_modules)]
+        missing_parameters = [name for m, name in parameters_to_prune
+                              if any(m is c for c in current_modules) and not hasattr(m, name)]  # fmt: skip
+        if missing_modules or missing_parameters:
+            raise MisconfigurationException(
+                "Some provided `parameters_to_prune` don't exist in the model."
+                f" Found missing modules: {missing_modules} and missing parameters: {missing_parameters}"
+            )
+        return parameters_to_prune
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        self._parameters_to_prune = list(self.filter_parameters_to_prune(self._candidates(pl_module)))
+        candidates = self.sanitize_parameters_to_prune(
+            pl_module, self._parameters_to_prune, parameter_names=self._parameter_names
+        )
+        self._parameters_to_prune = list(self.filter_parameters_to_prune(candidates))
         if self._use_lottery_ticket_hypothesis:  # the values the survivors are rewound to
             self._original_layers = {id(m): copy.deepcopy(m) for m, _ in self._parameters_to_prune}
 

@@ -112,3 +112,5 @@ class SpikeDetection(Callback):
         if self.atol is not None and worse_by < self.atol:
             return False
         return self.rtol is None or worse_by >= self.rtol * abs(mean)
+
+FabricSpikeDetection = SpikeDetection  # Lightning Fabric's SpikeDetection, the base of Lightning's: fulmen's is the one class

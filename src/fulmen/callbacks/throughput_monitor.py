@@ -15,6 +15,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.callbacks.callback import Callback
+from fulmen.precision import DoublePrecision as DoublePrecision
+from fulmen.precision import HalfPrecision as HalfPrecision
+from fulmen.precision import MixedPrecision as MixedPrecision
+from fulmen.precision import Precision as FabricPrecision  # noqa: F401  (Lightning's name)
+from fulmen.precision import Precision as Precision
+from fulmen.runtime.state import RunningStage as RunningStage
+from fulmen.runtime.state import TrainerFn as TrainerFn
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.rank_zero import rank_zero_only as rank_zero_only
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
+from fulmen.utilities.throughput import _plugin_to_compute_dtype
+from fulmen.utilities.throughput import _plugin_to_compute_dtype as fabric_plugin_to_compute_dtype  # noqa: F401  (Lightning's name)
+from fulmen.utilities.throughput import get_available_flops as get_available_flops
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -24,8 +37,8 @@ if TYPE_CHECKING:
 class Throughput:
     """Running counts and the rates over the last ``window_size`` updates."""
 
-    def __init__(self, window_size: int = 100, available_flops: float | None = None, world_size: int = 1,
-                 separator: str = "/") -> None:  # fmt: skip
+    def __init__(self, available_flops: float | None = None, world_size: int = 1, window_size: int = 100,
+                 separator: str = "/") -> None:  # fmt: skip  # Lightning Fabric's order
         if window_size < 2:
             raise ValueError(f"Throughput(window_size={window_size!r}) must be at least 2: a rate needs two points.")
         self.available_flops = available_flops
@@ -89,6 +102,11 @@ class ThroughputMonitor(Callback):
 
     def _start(self, trainer: Trainer, stage: str) -> None:
         kwargs = {"world_size": trainer.world_size, **self.kwargs}
+        if kwargs.get("available_flops") is None:
+            # the device's peak in the precision's compute dtype, as Lightning finds it (None where unknown, e.g.
+            # a CPU); `get_available_flops` is read as this module's name, so patching it counts
+            dtype = _plugin_to_compute_dtype(trainer.precision_plugin)
+            kwargs["available_flops"] = get_available_flops(trainer.strategy.root_device, dtype)
         self._throughputs[stage] = Throughput(**kwargs)
         self._counts[stage] = [0, 0, 0]
         self._t0s[stage] = time.perf_counter()
@@ -108,8 +126,8 @@ class ThroughputMonitor(Callback):
     def _log(self, trainer: Trainer, stage: str, step: int) -> None:
         sep = self.kwargs.get("separator", "/")
         metrics = {f"{stage}{sep}{key}": value for key, value in self._throughputs[stage].compute().items()}
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=step)
+        # through the trainer, as Lightning does: trainer.logged_metrics has them, training rows carry the epoch
+        trainer.run_context.metrics.log_metrics(metrics, step=step, with_epoch=stage == "train")
 
     # -- training --------------------------------------------------------------------------------------
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -139,7 +157,10 @@ class ThroughputMonitor(Callback):
         self._paused = time.perf_counter()
         self._eval_start(trainer, "validate")
 
-    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, *args: Any) -> None:
+    def on_validation_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
         self._eval_batch_end(trainer, pl_module, "validate", batch)
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -150,7 +171,10 @@ class ThroughputMonitor(Callback):
     def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._eval_start(trainer, "test")
 
-    def on_test_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, *args: Any) -> None:
+    def on_test_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
         self._eval_batch_end(trainer, pl_module, "test", batch)
 
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -159,8 +183,21 @@ class ThroughputMonitor(Callback):
     def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._eval_start(trainer, "predict")
 
-    def on_predict_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, *args: Any) -> None:
+    def on_predict_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
         self._eval_batch_end(trainer, pl_module, "predict", batch)
 
     def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._eval_end(trainer, "predict")
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "BitsandbytesPrecision": "fulmen.plugins.precision.bitsandbytes.BitsandbytesPrecision",
+    "DeepSpeedPrecision": "fulmen.plugins.precision.deepspeed.DeepSpeedPrecision",
+    "FSDPPrecision": "fulmen.plugins.precision.fsdp.FSDPPrecision",
+    "TransformerEnginePrecision": "fulmen.plugins.precision.transformer_engine.TransformerEnginePrecision",
+    "XLAPrecision": "fulmen.plugins.precision.xla.XLAPrecision",
+})  # fmt: skip

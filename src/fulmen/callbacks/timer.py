@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fulmen.callbacks.callback import Callback
+from fulmen.runtime.state import RunningStage as RunningStage
 from fulmen.utilities.enums import LightningEnum
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.parsing import parse_time
@@ -100,7 +101,9 @@ class Timer(Callback):
     def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._end("predict")
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._interval == Interval.step and self._duration is not None:
             self._check(trainer)
 

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from fulmen.core.hooks import DataHooks
 from fulmen.core.mixins import HyperparametersMixin
 from fulmen.core.saving import load_from_checkpoint, restricted_classmethod
+from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
 
 if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
@@ -46,7 +47,9 @@ class LightningDataModule(DataHooks, HyperparametersMixin):
         """Build the class from a checkpoint: its stored hyperparameters (``**kwargs`` override them) and its ``state_dict``.
 
         Loads with ``weights_only=True`` (no code from the file runs); pass ``weights_only=False`` only for
-        files you trust.
+        files you trust. Objects among the stored hyperparameters (a module, a function ... as
+        ``save_hyperparameters`` recorded them) need that, or their classes registered with
+        ``torch.serialization.add_safe_globals``: otherwise the load is refused, naming them.
         """
         return load_from_checkpoint(
             cls, checkpoint_path, map_location=map_location, hparams_file=hparams_file,

@@ -12,6 +12,7 @@ import torch
 from torch.optim import Optimizer
 
 from fulmen.utilities.apply_func import move_data_to_device
+from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
 
 
 class ModelHooks:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import numbers
+import weakref
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
+from io import BytesIO
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -17,17 +21,26 @@ from fulmen.core.mixins import DeviceDtypeModuleMixin, HyperparametersMixin
 from fulmen.core.optimizer import LightningOptimizer, unwrap_optimizer
 from fulmen.core.saving import load_from_checkpoint, restricted_classmethod
 from fulmen.utilities.apply_func import apply_to_collection
+from fulmen.utilities.apply_func import convert_to_tensors as convert_to_tensors
 from fulmen.utilities.clipping import check_clip_algorithm, check_clip_val
+from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.compile import unwrap_compiled as unwrap_compiled  # where the trainer and tuner find it
+from fulmen.utilities.enums import GradClipAlgorithmType as GradClipAlgorithmType
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _ONNX_AVAILABLE as _ONNX_AVAILABLE
 from fulmen.utilities.imports import _ONNXSCRIPT_AVAILABLE as _ONNXSCRIPT_AVAILABLE
 from fulmen.utilities.imports import _TORCH_TRT_AVAILABLE as _TORCH_TRT_AVAILABLE
+from fulmen.utilities.imports import RequirementCache as RequirementCache
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.rank_zero import WarningCache as WarningCache
+from fulmen.utilities.rank_zero import rank_zero_deprecation as rank_zero_deprecation
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.loggers.logger import Logger
     from fulmen.trainer.trainer import Trainer
+
+warning_cache = WarningCache()  # Lightning's module-level cache, for code that warns through it
 
 
 _SCRIPTING = False  # torch.jit is reading every attribute of the module (see jit_tracing)
@@ -65,8 +78,14 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     __jit_unused_properties__: list[str] = [
         "example_input_array", "on_gpu", "current_epoch", "global_step", "global_rank", "local_rank", "logger",
         "loggers", "automatic_optimization", "trainer", "device", "dtype", "hparams", "hparams_initial",
-        "log_hyperparams_enabled", "device_mesh",
+        "log_hyperparams_enabled", "device_mesh", "fabric",
     ]  # fmt: skip
+
+    # the Lightning Fabric attached (see `fabric`); set per instance in __init__, and here for modules unpickled
+    # from older versions. Annotated for type checkers only: torch.jit.script reads class annotations
+    if TYPE_CHECKING:
+        _fabric: Any
+    _fabric = None
 
     @restricted_classmethod
     def load_from_checkpoint(
@@ -81,7 +100,9 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         """Build the class from a checkpoint: its stored hyperparameters (``**kwargs`` override them), then its weights.
 
         Loads with ``weights_only=True`` (no code from the file runs); pass ``weights_only=False`` only for
-        files you trust.
+        files you trust. Objects among the stored hyperparameters (a module, a function ... as
+        ``save_hyperparameters`` recorded them) need that, or their classes registered with
+        ``torch.serialization.add_safe_globals``: otherwise the load is refused, naming them.
         """
         return load_from_checkpoint(
             cls, checkpoint_path, map_location=map_location, hparams_file=hparams_file, strict=strict,
@@ -91,6 +112,9 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._trainer: Trainer | None = None
+        # a Lightning Fabric this module was set up with (``fabric.setup(module)`` sets both)
+        self._fabric = None
+        self._fabric_optimizers: list[Any] = []
         self._automatic_optimization = True
         self._current_fx_name: str | None = None
         self._param_requires_grad_state: dict[Tensor, bool] = {}
@@ -100,6 +124,8 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     # -- trainer-facing properties --------------------------------------------------------------------
     @property
     def trainer(self) -> Trainer:
+        if self._fabric is not None:  # set up with a Lightning Fabric: `self.trainer.x` reads the Fabric's x
+            return _TrainerFabricShim(self._fabric)  # type: ignore[return-value]
         if self._trainer is None and not _SCRIPTING:
             raise RuntimeError(f"{type(self).__name__} is not attached to a `Trainer`.")
         return self._trainer  # type: ignore[return-value]  # None only while torch.jit reads attributes
@@ -109,6 +135,22 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         for module in self.modules():
             if isinstance(module, LightningModule):
                 module._trainer = trainer
+
+    @property
+    def fabric(self) -> Any:
+        """The Lightning Fabric this module was set up with (``fabric.setup(module)``), else None. While one is
+        attached, ``self.trainer`` reads the Fabric's attributes, ``self.log`` / ``self.log_dict`` log through it,
+        ``self.optimizers()`` are the ones it set up and ``self.manual_backward`` is its ``backward``."""
+        return self._fabric
+
+    @fabric.setter
+    def fabric(self, fabric: Any) -> None:
+        for child in self.children():
+            if isinstance(child, LightningModule):
+                child.fabric = fabric
+        if fabric is not None and not isinstance(fabric, weakref.ProxyTypes):
+            fabric = weakref.proxy(fabric)  # the Fabric holds the module: no reference cycle through it
+        self._fabric = fabric
 
     @property
     def automatic_optimization(self) -> bool:
@@ -156,10 +198,14 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
 
     @property
     def logger(self) -> Logger | None:
+        if self._fabric is not None:
+            return self._fabric.logger
         return self._trainer.logger if self._trainer is not None else None
 
     @property
     def loggers(self) -> list[Logger]:
+        if self._fabric is not None:
+            return self._fabric.loggers
         return self._trainer.loggers if self._trainer is not None else []
 
     # -- the steps the user implements -----------------------------------------------------------------
@@ -190,10 +236,11 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     # -- optimizers -------------------------------------------------------------------------------------
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizers from ``configure_optimizers``: one object, or a list when there are several."""
-        trainer = self.trainer
-        opts: list[Any] = (
-            list(trainer.strategy.lightning_optimizers) if use_pl_optimizer else list(trainer.optimizers)
-        )
+        if self._fabric is not None:
+            opts: list[Any] = list(self._fabric_optimizers)
+        else:
+            trainer = self.trainer
+            opts = list(trainer.strategy.lightning_optimizers) if use_pl_optimizer else list(trainer.optimizers)
         if len(opts) == 1:
             return opts[0]
         return opts
@@ -208,6 +255,9 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
 
     def manual_backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward()`` through the precision plugin (scaling) and strategy (DDP sync)."""
+        if self._fabric is not None:
+            self._fabric.backward(loss, *args, **kwargs)
+            return
         if self.automatic_optimization:
             raise MisconfigurationException(
                 "manual_backward() is for manual optimization. Set `self.automatic_optimization = False` "
@@ -375,6 +425,9 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         In training-batch hooks it defaults to per-step values (``on_step=True, on_epoch=False``); in
         validation/test and epoch hooks to an epoch aggregate (``reduce_fx``, weighted by ``batch_size``).
         """
+        if self._fabric is not None:
+            self._log_dict_through_fabric({name: value}, logger=logger)
+            return
         trainer = self._trainer
         if trainer is None:
             rank_zero_warn(
@@ -450,6 +503,9 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         rank_zero_only: bool = False,
     ) -> None:
         """``self.log`` for every item of ``dictionary`` with the same options."""
+        if self._fabric is not None:
+            self._log_dict_through_fabric(dictionary, logger=logger)
+            return
         for name, value in dictionary.items():
             self.log(
                 name, value, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
@@ -457,6 +513,20 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
                 sync_dist_group=sync_dist_group, add_dataloader_idx=add_dataloader_idx,
                 batch_size=batch_size, rank_zero_only=rank_zero_only,
             )  # fmt: skip
+
+    def _log_dict_through_fabric(self, dictionary: Mapping[str, Any], logger: bool | None = None) -> None:
+        """``fabric.log_dict(metrics=dictionary)`` (nothing with ``logger=False``: there is nowhere else to log)."""
+        if logger is False:
+            return
+        if any(isinstance(v, dict) for v in dictionary.values()):
+            raise ValueError(f"`self.log_dict({dictionary})` was called, but nested dictionaries cannot be logged")
+        for name, value in dictionary.items():
+            if not isinstance(value, (numbers.Number, Tensor)):
+                raise ValueError(
+                    f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged"
+                )
+        assert self._fabric is not None
+        self._fabric.log_dict(metrics=dictionary)
 
     # -- misc -------------------------------------------------------------------------------------------
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -522,7 +592,13 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     ) -> Any:  # fmt: skip
         """A TorchScript module from ``torch.jit.script`` (``method="script"``) or ``torch.jit.trace``
         (``"trace"``, with ``example_inputs`` or ``example_input_array``), made in eval mode; saved with
-        ``torch.jit.save`` when ``file_path`` is given."""
+        ``torch.jit.save`` when ``file_path`` is given. Deprecated, with Lightning's warning: TorchScript is
+        deprecated in PyTorch (``to_onnx`` or ``torch.export.export`` instead)."""
+        rank_zero_deprecation(
+            "`LightningModule.to_torchscript` has been deprecated in v2.7 and will be removed in v2.8. "
+            "TorchScript is deprecated in PyTorch. Use `torch.export.export()` for model exporting instead. "
+            "See https://pytorch.org/docs/stable/export.html for more information."
+        )
         if method not in ("script", "trace"):
             raise ValueError(
                 f"to_torchscript(method={method!r}): choose 'script' (compile the code) or 'trace' (record one "
@@ -543,6 +619,68 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
             torch.jit.save(scripted, file_path)
         return scripted
 
+    @torch.no_grad()
+    def to_tensorrt(
+        self,
+        file_path: str | Path | BytesIO | None = None,
+        input_sample: Any | None = None,
+        ir: Literal["default", "dynamo", "ts"] = "default",
+        output_format: Literal["exported_program", "torchscript"] = "exported_program",
+        retrace: bool = False,
+        default_device: str | torch.device = "cuda",
+        **compile_kwargs: Any,
+    ) -> Any:
+        """Compile with ``torch_tensorrt.compile`` (in eval mode, on a CUDA device: ``default_device`` when the
+        module is elsewhere; mode and device restored after) and return the compiled module; saved to
+        ``file_path`` when given (``ir="ts"``: with ``torch.jit.save``, as ``output_format="torchscript"``).
+        ``input_sample`` defaults to ``example_input_array`` and goes through the batch-transfer hooks;
+        ``compile_kwargs`` go to ``torch_tensorrt.compile``.
+
+        Raises:
+            ModuleNotFoundError: ``torch_tensorrt`` is not installed.
+            MisconfigurationException: neither the module nor ``default_device`` is on a CUDA device.
+            ValueError: no input sample, or ``ir="ts"`` with another ``output_format``.
+        """
+        if not _TORCH_TRT_AVAILABLE:
+            raise ModuleNotFoundError(f"`{type(self).__name__}.to_tensorrt` requires `torch_tensorrt` to be installed. ")
+        mode, device = self.training, self.device
+        if device.type != "cuda":
+            target = torch.device(default_device) if isinstance(default_device, str) else default_device
+            if not torch.cuda.is_available() or target.type != "cuda":
+                raise MisconfigurationException(
+                    f"TensorRT only supports CUDA devices. The current device is {device}."
+                    " Please set the `default_device` argument to a CUDA device."
+                )
+            self.to(target)
+        if input_sample is None:
+            if self.example_input_array is None:
+                raise ValueError(
+                    "Could not export to TensorRT since neither `input_sample` nor"
+                    " `model.example_input_array` attribute is set."
+                )
+            input_sample = self.example_input_array
+
+        import torch_tensorrt
+
+        sample = copy.deepcopy((input_sample,) if isinstance(input_sample, Tensor) else input_sample)
+        sample = self.on_before_batch_transfer(sample, 0)
+        sample = self.on_after_batch_transfer(self.transfer_batch_to_device(sample, self.device, 0), 0)
+        with jit_tracing() if ir == "ts" else contextlib.nullcontext():
+            compiled = torch_tensorrt.compile(module=self.eval(), ir=ir, inputs=sample, **compile_kwargs)
+        self.train(mode)
+        self.to(device)
+        if file_path is not None:
+            if ir == "ts":
+                if output_format != "torchscript":
+                    raise ValueError(
+                        "TensorRT with IR mode 'ts' only supports output format 'torchscript'."
+                        f" The current output format is {output_format}."
+                    )
+                torch.jit.save(compiled, file_path)
+            else:
+                torch_tensorrt.save(compiled, file_path, inputs=sample, output_format=output_format, retrace=retrace)
+        return compiled
+
     def freeze(self) -> LightningModule:
         """No gradients for any parameter, and eval mode; returns the module (``model = model.freeze()``)."""
         for param in self.parameters():
@@ -558,4 +696,31 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_trainer"] = None  # the trainer holds processes/loggers that must not be pickled
+        state["_fabric"] = None  # a weak proxy (nor would the Fabric pickle)
         return state
+
+
+class _TrainerFabricShim:
+    """What ``module.trainer`` is while a Lightning Fabric is attached: attributes come from the Fabric."""
+
+    def __init__(self, fabric: Any) -> None:
+        super().__init__()
+        self._fabric = fabric
+
+    def __getattr__(self, item: Any) -> Any:
+        try:
+            return getattr(self._fabric, item)
+        except AttributeError:
+            raise AttributeError(
+                f"Your LightningModule code tried to access `self.trainer.{item}` but this attribute is not available"
+                " when using Fabric with a LightningModule."
+            ) from None
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "Callback": "fulmen.callbacks.callback.Callback",
+    "FabricLogger": "fulmen.loggers.logger.Logger",
+    "Logger": "fulmen.loggers.logger.Logger",
+    "is_param_in_hook_signature": "fulmen.utilities.signature_utils.is_param_in_hook_signature",
+})  # fmt: skip

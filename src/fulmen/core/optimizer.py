@@ -9,6 +9,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.optim import Optimizer
 
+from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.model_helpers import is_overridden as is_overridden
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
+from fulmen.utilities.types import LRSchedulerConfig as LRSchedulerConfig
+from fulmen.utilities.types import Optimizable as Optimizable
+
 if TYPE_CHECKING:
     from fulmen.strategies.strategy import Strategy
 
@@ -130,3 +137,9 @@ class _MockOptimizer(Optimizer):
 
     def __repr__(self) -> str:
         return "No Optimizer"
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "is_param_in_hook_signature": "fulmen.utilities.signature_utils.is_param_in_hook_signature",
+})  # fmt: skip

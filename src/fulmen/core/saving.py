@@ -1,10 +1,13 @@
 """``load_from_checkpoint``: rebuild a LightningModule / LightningDataModule from a checkpoint file.
 
-The class comes from the caller: the checkpoint supplies weights and hyperparameters (stored as primitives),
-and ``**kwargs`` override or complete those hyperparameters. A model that ``LightningCLI`` built stores the
-config that built it (``_instantiator``, and ``_class_path`` in subclass mode): its class paths are run
-through the CLI's parser again, and ``_class_path`` may pick a subclass of the caller's class, never
-another class.
+The class comes from the caller: the checkpoint supplies weights and hyperparameters (the values
+``save_hyperparameters`` recorded, objects included, as Lightning stores them), and ``**kwargs`` override or
+complete those hyperparameters. An object among them loads only when the caller trusts the file
+(``weights_only=False``, or its class registered with ``torch.serialization.add_safe_globals``); otherwise the
+load is refused (:class:`~fulmen.utilities.checkpoint_io.UnsafeCheckpointError`), never done with other
+values. A model that ``LightningCLI`` built stores the config that built it (``_instantiator``, and
+``_class_path`` in subclass mode): its class paths are run through the CLI's parser again, and ``_class_path``
+may pick a subclass of the caller's class, never another class.
 """
 
 from __future__ import annotations
@@ -24,9 +27,16 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from fulmen.utilities import checkpoint_io, distributed_checkpoint
+from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
+from fulmen.utilities.checkpoint_io import _load as pl_load  # noqa: F401  (Lightning's name)
+from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.imports import _OMEGACONF_AVAILABLE as _OMEGACONF_AVAILABLE
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.migration import pl_legacy_patch
 from fulmen.utilities.migration.utils import _pl_migrate_checkpoint
+from fulmen.utilities.model_helpers import is_overridden as is_overridden
+from fulmen.utilities.parsing import AttributeDict as AttributeDict
+from fulmen.utilities.parsing import parse_class_init_keys as parse_class_init_keys
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 T = TypeVar("T")
@@ -129,7 +139,10 @@ def save_hparams_to_tags_csv(tags_csv: str | Path, hparams: dict[str, Any] | Nam
     cloud_io.write_text(tags_csv, buffer.getvalue())
 
 
-HPARAMS_LEFT_OUT_SUFFIX = "_left_out"  # "hyper_parameters_left_out": the objects a checkpoint does not store
+# "hyper_parameters_left_out": the names of the objects a file does not hold. fulmen's .ckpt files wrote it before
+# they stored the objects themselves; a safetensors export still writes it (JSON holds no objects). Read so that
+# those files load as they did: the objects are asked for, or __init__'s default is used with a warning.
+HPARAMS_LEFT_OUT_SUFFIX = "_left_out"
 
 
 def _read_hparams_file(path: str | Path) -> dict[str, Any] | None:
@@ -171,14 +184,14 @@ def _init_kwargs(
     if needed:
         raise TypeError(
             f"{cls.__name__}.load_from_checkpoint: {', '.join(f'`{k}`' for k in needed)} of {cls.__name__}.__init__ "
-            "was an object (a module, a function, ...), which the checkpoint does not store: a checkpoint holds "
-            "plain values only, so that loading it runs no code. Pass it: "
+            "was an object (a module, a function, ...), which the file does not hold (a safetensors export, or a "
+            "checkpoint of an older fulmen). Pass it: "
             f"{cls.__name__}.load_from_checkpoint(path, {', '.join(f'{k}=...' for k in needed)})."
         )
     if left_out:
         rank_zero_warn(
             f"{cls.__name__}.load_from_checkpoint: {', '.join(f'`{k}`' for k in left_out)} was an object, which the "
-            f"checkpoint does not store; {cls.__name__}.__init__'s default is used. Pass it to load_from_checkpoint "
+            f"file does not hold; {cls.__name__}.__init__'s default is used. Pass it to load_from_checkpoint "
             "to use another."
         )
     unknown = [k for k in overrides if k not in params] if not takes_var_kwargs else []
@@ -238,10 +251,11 @@ def load_from_checkpoint(
     from fulmen.core.datamodule import LightningDataModule
 
     if distributed_checkpoint.is_sharded_checkpoint(checkpoint_path):  # an FSDP run's directory: read it whole
-        checkpoint = distributed_checkpoint.load_consolidated(checkpoint_path)
+        checkpoint = distributed_checkpoint.load_consolidated(checkpoint_path, weights_only=weights_only)
     else:
         with pl_legacy_patch():  # a file of an old Lightning version may have pickled its objects
-            checkpoint = checkpoint_io.load(checkpoint_path, map_location="cpu", weights_only=weights_only is not False)
+            # None: torch's default, as for Lightning (safe, unless TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD says otherwise)
+            checkpoint = checkpoint_io.load(checkpoint_path, map_location="cpu", weights_only=weights_only)
     # an old version's layout -> today's
     checkpoint = _pl_migrate_checkpoint(checkpoint, checkpoint_path if isinstance(checkpoint_path, str | Path) else None)
     is_datamodule = issubclass(cls, LightningDataModule)
@@ -273,3 +287,11 @@ def load_from_checkpoint(
     if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
         obj.to(torch.device(map_location) if isinstance(map_location, int | str) else map_location)
     return obj
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "CUDAAccelerator": "fulmen.accelerators.cuda.CUDAAccelerator",
+    "MPSAccelerator": "fulmen.accelerators.mps.MPSAccelerator",
+    "XLAAccelerator": "fulmen.accelerators.xla.XLAAccelerator",
+})  # fmt: skip

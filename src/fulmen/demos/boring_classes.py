@@ -10,6 +10,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
+from fulmen.core.optimizer import LightningOptimizer as LightningOptimizer
+from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
 
 
 class RandomDataset(Dataset):

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from fulmen.core.module import LightningModule
 from fulmen.utilities.imports import _REQUESTS_AVAILABLE as _REQUESTS_AVAILABLE
+from fulmen.utilities.imports import RequirementCache as RequirementCache
 
 
 class PositionalEncoding(nn.Module):

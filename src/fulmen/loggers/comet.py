@@ -8,11 +8,16 @@ from typing import Any
 
 from fulmen.loggers.logger import Logger, rank_zero_experiment
 from fulmen.utilities.imports import RequirementCache, require
+from fulmen.utilities.imports import optional_packages as _optional_packages
 from fulmen.utilities.rank_zero import rank_zero_only
 
 # whether the logger's package is installed, where programs and test suites written for Lightning look
 # (evaluated when read, so importing this module imports no package)
 _COMET_AVAILABLE = RequirementCache("comet-ml>=3.44.4", module="comet_ml")
+
+# `comet_ml`, the client package: imported on first use, read from here each time the logger needs it (a
+# patched `fulmen.loggers.comet.comet_ml` is the one used)
+__getattr__, _package = _optional_packages(__name__, {"comet_ml": "comet_ml"})
 
 
 class CometLogger(Logger):
@@ -34,7 +39,7 @@ class CometLogger(Logger):
         prefix: str | None = None,
         **kwargs: Any,
     ) -> None:
-        require("comet_ml", "comet", "CometLogger")
+        require("comet_ml", "comet", "CometLogger", available=_COMET_AVAILABLE)
         self._api_key = api_key
         self._workspace = workspace
         self._project = project
@@ -50,8 +55,7 @@ class CometLogger(Logger):
     def experiment(self) -> Any:
         """The ``comet_ml`` experiment (started on first use)."""
         if self._experiment is None:
-            import comet_ml
-
+            comet_ml = _package("comet_ml")
             self._experiment = comet_ml.start(
                 api_key=self._api_key, workspace=self._workspace, project=self._project,
                 experiment_key=self._experiment_key, mode=self._mode, online=self._online,

@@ -8,6 +8,7 @@ import os
 from argparse import Namespace
 from typing import Any
 
+from fulmen.core.saving import save_hparams_to_yaml as save_hparams_to_yaml
 from fulmen.loggers.logger import Logger, next_version, rank_zero_experiment, save_hparams_yaml
 from fulmen.utilities import cloud_io
 from fulmen.utilities.rank_zero import rank_zero_only
@@ -155,3 +156,14 @@ class CSVLogger(Logger):
     def save(self) -> None:
         super().save()
         self.experiment.save()
+
+class FabricCSVLogger(CSVLogger):
+    """Lightning Fabric's ``CSVLogger`` (which Lightning's subclasses): this ``CSVLogger`` made with Fabric's
+    arguments, ``root_dir`` for ``save_dir``: the same files (``root_dir/name/version_N``). Unlike Lightning's class
+    tree, fulmen's ``CSVLogger`` is not an instance of this one, and ``.root_dir`` reads as on Lightning's loggers
+    (``root_dir/name``, the folder of the versions), not as on Fabric's (the folder given)."""
+
+    def __init__(self, root_dir: str | os.PathLike[str], name: str | None = "lightning_logs",
+                 version: int | str | None = None, prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:  # fmt: skip
+        super().__init__(save_dir=root_dir, name=name, version=version, prefix=prefix,
+                         flush_logs_every_n_steps=flush_logs_every_n_steps)  # fmt: skip

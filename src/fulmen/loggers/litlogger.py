@@ -9,7 +9,6 @@ naming what is missing and the loggers to use instead.
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import os
 import warnings
 from argparse import Namespace
@@ -17,7 +16,10 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from fulmen.loggers.logger import Logger
+from fulmen.loggers.logger import rank_zero_experiment as rank_zero_experiment
+from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.imports import RequirementCache
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_only
 
 # whether the logger's package is installed, where programs and test suites written for Lightning look
@@ -28,7 +30,7 @@ _INSTEAD = "CSVLogger, TensorBoardLogger, MLFlowLogger or WandbLogger (offline m
 
 
 def _unavailable(what: str) -> NoReturn:
-    if importlib.util.find_spec("litlogger") is None:
+    if not _LITLOGGER_AVAILABLE:  # read now: a program or test may patch it
         raise ModuleNotFoundError(
             f"LitLogger.{what} needs the `litlogger` package (pip install litlogger) and a lightning.ai account; "
             f"it is not installed. Log with {_INSTEAD} instead."
@@ -147,3 +149,9 @@ class LitLogger(Logger):
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         if self._log_model:
             _unavailable("after_save_checkpoint (log_model=True uploads checkpoints)")
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "ModelCheckpoint": "fulmen.callbacks.model_checkpoint.ModelCheckpoint",
+})  # fmt: skip

@@ -12,6 +12,7 @@ from typing import Any
 
 from fulmen.loggers.utilities import _scan_checkpoints
 from fulmen.utilities import cloud_io
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.parsing import hparams_yaml
 from fulmen.utilities.rank_zero import rank_zero_only
 
@@ -207,11 +208,34 @@ class DummyLogger(Logger):
     def version(self) -> str:
         return ""
 
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        pass
+    def log_metrics(self, metrics: Any = None, step: int | None = None, *args: Any, **kwargs: Any) -> None:
+        """Accepts any arguments (Lightning's takes ``*args, **kwargs``) and logs nothing."""
 
-    def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
-        pass
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
+        """Accepts any arguments and logs nothing."""
 
+    def __getitem__(self, idx: int) -> DummyLogger:
+        """``self.logger[0].experiment.add_image(...)`` runs (and does nothing)."""
+        return self
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        """Any other method a program calls on a logger runs and does nothing."""
+        if name.startswith("__") and name.endswith("__"):  # copy / pickle probe these: they are not there
+            raise AttributeError(name)
+
+        def method(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        return method
+
+
+FabricLogger = Logger  # Lightning Fabric's Logger, the base of Lightning's: fulmen's is the one base
+DummyExperiment = _DummyExperiment  # Lightning's name of the experiment a DummyLogger gives
 
 __all__ = ["DummyLogger", "Logger", "merge_dicts", "rank_zero_only"]
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "ModelCheckpoint": "fulmen.callbacks.model_checkpoint.ModelCheckpoint",
+})  # fmt: skip

@@ -19,6 +19,8 @@ from fulmen.loggers.logger import (
     scan_checkpoints,
 )
 from fulmen.utilities.imports import RequirementCache, require
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.imports import optional_packages as _optional_packages
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 
 # whether the logger's package is installed, where programs and test suites written for Lightning look
@@ -57,7 +59,12 @@ class MLFlowLogger(CheckpointUploads, Logger):
         run_id: str | None = None,
         synchronous: bool | None = None,
     ) -> None:
-        require("mlflow", "mlflow", "MLFlowLogger")
+        require("mlflow", "mlflow", "MLFlowLogger", available=_MLFLOW_AVAILABLE)
+        if synchronous is not None and not _MLFLOW_SYNCHRONOUS_AVAILABLE:
+            raise ModuleNotFoundError(
+                f"MLFlowLogger(synchronous={synchronous!r}) needs mlflow>=2.8.0 ({_MLFLOW_SYNCHRONOUS_AVAILABLE}): "
+                "pip install -U 'mlflow>=2.8.0', or leave `synchronous` unset."
+            )
         if log_model not in (True, False, "all"):
             raise ValueError(f"MLFlowLogger(log_model={log_model!r}) must be True, False or 'all'.")
         tracking_uri = tracking_uri or os.getenv("MLFLOW_TRACKING_URI")
@@ -83,9 +90,7 @@ class MLFlowLogger(CheckpointUploads, Logger):
     def experiment(self) -> Any:
         """The ``mlflow.tracking.MlflowClient`` (the run is created or looked up on first use)."""
         if self._client is None:
-            from mlflow.tracking import MlflowClient
-
-            self._client = MlflowClient(self._tracking_uri)
+            self._client = _package("MlflowClient")(self._tracking_uri)
         if self._initialized:
             return self._client
         client = self._client
@@ -100,8 +105,7 @@ class MLFlowLogger(CheckpointUploads, Logger):
                 self._experiment_id = client.create_experiment(
                     name=self._experiment_name, artifact_location=self._artifact_location
                 )
-            from mlflow.tracking.context.registry import resolve_tags
-
+            resolve_tags = _get_resolve_tags()
             tags = dict(self.tags or {})
             if self._run_name is not None:
                 if "mlflow.runName" in tags:
@@ -198,3 +202,21 @@ class MLFlowLogger(CheckpointUploads, Logger):
                     f.write(str(aliases))
                 self.experiment.log_artifacts(self.run_id, folder, stem)
             self._logged_model_time[path] = mtime
+
+
+def _get_resolve_tags() -> Any:
+    """MLflow's ``resolve_tags``: the tags a new run gets (user, source ...) added to the given ones; looked up
+    as this module's name when a run is created, so that a test can patch it."""
+    from mlflow.tracking.context.registry import resolve_tags
+
+    return resolve_tags
+
+
+# `MlflowClient`, the client this logger talks through: imported on first use, read from here each time a
+# logger makes one (a patched `fulmen.loggers.mlflow.MlflowClient` is the one used)
+_packages, _package = _optional_packages(__name__, {"MlflowClient": "mlflow.tracking:MlflowClient"})
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "ModelCheckpoint": "fulmen.callbacks.model_checkpoint.ModelCheckpoint",
+}, fallback=_packages)  # fmt: skip

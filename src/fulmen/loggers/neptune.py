@@ -9,8 +9,16 @@ from argparse import Namespace
 from typing import Any
 
 from fulmen.loggers.logger import Logger, flatten_params, rank_zero_experiment
-from fulmen.utilities.imports import require
+from fulmen.utilities.imports import RequirementCache, require
+from fulmen.utilities.imports import optional_packages as _optional_packages
 from fulmen.utilities.rank_zero import rank_zero_only
+
+# whether the logger's package is installed (the flag Lightning's NeptuneLogger read, before Neptune was retired)
+_NEPTUNE_AVAILABLE = RequirementCache("neptune>=1.0")
+
+# `neptune`, the client package: imported on first use, read from here each time the logger starts a run (a
+# patched `fulmen.loggers.neptune.neptune` is the one used)
+__getattr__, _package = _optional_packages(__name__, {"neptune": "neptune"})
 
 
 class NeptuneLogger(Logger):
@@ -38,7 +46,7 @@ class NeptuneLogger(Logger):
                 f"NeptuneLogger takes keyword arguments only, got {len(args)} positional: {args!r}. Name them, e.g. "
                 "NeptuneLogger(project='workspace/project', api_key=...)."
             )
-        require("neptune", "neptune", "NeptuneLogger")
+        require("neptune", "neptune", "NeptuneLogger", available=_NEPTUNE_AVAILABLE)
         self._api_key = api_key
         self._project = project
         self._name = name
@@ -60,8 +68,7 @@ class NeptuneLogger(Logger):
     @property
     def run(self) -> Any:
         if self._run is None:
-            import neptune
-
+            neptune = _package("neptune")
             self._run = neptune.init_run(project=self._project, api_token=self._api_key, name=self._name,
                                          **self._kwargs)  # fmt: skip
         return self._run

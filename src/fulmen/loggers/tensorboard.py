@@ -1,4 +1,5 @@
-"""``TensorBoardLogger``: real TensorBoard event files (needs the ``tensorboard`` package).
+"""``TensorBoardLogger``: real TensorBoard event files (written by ``tensorboard``'s writer, or by
+``tensorboardX``'s when only that one is installed).
 
 A remote ``save_dir`` (``s3://``, ``memory://`` ... any fsspec URL): TensorBoard's writer only writes local
 files, so events go to a local staging folder and every ``save()`` / ``finalize()`` uploads that folder to the
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from fulmen.core.module import jit_tracing
+from fulmen.core.saving import save_hparams_to_yaml as save_hparams_to_yaml
 from fulmen.loggers.logger import (
     Logger,
     flatten_params,
@@ -28,6 +30,8 @@ from fulmen.utilities import cloud_io
 from fulmen.utilities.apply_func import move_data_to_device
 from fulmen.utilities.imports import _OMEGACONF_AVAILABLE as _OMEGACONF_AVAILABLE
 from fulmen.utilities.imports import _TENSORBOARD_AVAILABLE as _TENSORBOARD_AVAILABLE
+from fulmen.utilities.imports import _TENSORBOARDX_AVAILABLE as _TENSORBOARDX_AVAILABLE
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 
@@ -35,6 +39,7 @@ class TensorBoardLogger(Logger):
     """Writes ``save_dir/name/version_N/events.out.tfevents.*`` and ``hparams.yaml``."""
 
     NAME_HPARAMS_FILE = "hparams.yaml"
+    LOGGER_JOIN_CHAR = "-"  # between ``prefix`` and each metric name
 
     def __init__(
         self,
@@ -47,6 +52,11 @@ class TensorBoardLogger(Logger):
         sub_dir: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        if not _TENSORBOARD_AVAILABLE and not _TENSORBOARDX_AVAILABLE:
+            raise ModuleNotFoundError(
+                "Neither `tensorboard` nor `tensorboardX` is available. Try `pip install`ing either.\n"
+                f"{_TENSORBOARDX_AVAILABLE}\n{_TENSORBOARD_AVAILABLE}"
+            )
         self._save_dir = cloud_io.local(save_dir)
         if not cloud_io.is_remote(self._save_dir):  # "$SCRATCH/runs", as Lightning's TensorBoardLogger reads it
             self._save_dir = os.path.expandvars(self._save_dir)
@@ -54,10 +64,15 @@ class TensorBoardLogger(Logger):
         self._staging: str | None = None  # the local folder the writer uses when log_dir is a URL
         self._name = name or ""
         self._version = version
-        self._log_graph = log_graph
+        if log_graph and not _TENSORBOARD_AVAILABLE:  # tensorboardX cannot trace a graph
+            rank_zero_warn(
+                "You set `TensorBoardLogger(log_graph=True)` but `tensorboard` is not available.\n"
+                f"{_TENSORBOARD_AVAILABLE}"
+            )
+        self._log_graph = log_graph and bool(_TENSORBOARD_AVAILABLE)
         self._default_hp_metric = default_hp_metric
         self._prefix = prefix
-        self._sub_dir = os.path.expandvars(os.path.expanduser(os.fspath(sub_dir))) if sub_dir is not None else None
+        self._sub_dir = os.fspath(sub_dir) if sub_dir is not None else None
         self._kwargs = kwargs
         self._experiment: Any = None
         self.hparams: dict[str, Any] = {}
@@ -81,10 +96,17 @@ class TensorBoardLogger(Logger):
         return cloud_io.join(self._save_dir, self.name)  # the property: a subclass may override it
 
     @property
+    def sub_dir(self) -> str | None:
+        """The folder under the version's folder that the events go to (``sub_dir`` as given; ``log_dir``
+        expands ``~`` and environment variables in it)."""
+        return self._sub_dir
+
+    @property
     def log_dir(self) -> str:
         version = self.version if isinstance(self.version, str) else f"version_{self.version}"
         path = cloud_io.join(self.root_dir, version)
-        return cloud_io.join(path, self._sub_dir) if self._sub_dir else path
+        sub_dir = self.sub_dir
+        return cloud_io.join(path, os.path.expandvars(os.path.expanduser(sub_dir))) if sub_dir else path
 
     @property
     @rank_zero_experiment
@@ -92,7 +114,10 @@ class TensorBoardLogger(Logger):
         """The ``torch.utils.tensorboard.SummaryWriter`` (created on first use, on global rank zero; other
         ranks get a stand-in that writes nothing)."""
         if self._experiment is None:
-            from torch.utils.tensorboard import SummaryWriter
+            if _TENSORBOARD_AVAILABLE:
+                from torch.utils.tensorboard import SummaryWriter
+            else:  # tensorboardX writes the same event files
+                from tensorboardX import SummaryWriter  # type: ignore[no-redef]
 
             self._experiment = SummaryWriter(log_dir=self._writer_dir(), **self._kwargs)
         return self._experiment
@@ -118,28 +143,37 @@ class TensorBoardLogger(Logger):
     def log_hyperparams(
         self,
         params: dict[str, Any] | Namespace,
-        metrics: dict[str, float] | None = None,
+        metrics: dict[str, Any] | None = None,
+        step: int | None = None,
         *args: Any,
         **kwargs: Any,
     ) -> None:
+        """Record ``params`` (and ``metrics``, default ``{"hp_metric": -1}`` with ``default_hp_metric``; a
+        single value is ``hp_metric``) for TensorBoard's HPARAMS tab, at ``step`` (none: 0)."""
         params = vars(params) if isinstance(params, Namespace) else dict(params)
         self.hparams.update(params)
         flat = sanitize_params(flatten_params(params))
-        if metrics is None and self._default_hp_metric:
-            metrics = {"hp_metric": -1}
+        if metrics is None:
+            if self._default_hp_metric:
+                metrics = {"hp_metric": -1}
+        elif not isinstance(metrics, dict):
+            metrics = {"hp_metric": metrics}
         if metrics:
-            self.log_metrics(metrics, None)  # no step yet: the event file records 0, as for Lightning
-            from torch.utils.tensorboard.summary import hparams
+            self.log_metrics(metrics, step)
+            if _TENSORBOARD_AVAILABLE:
+                from torch.utils.tensorboard.summary import hparams
+            else:
+                from tensorboardX.summary import hparams  # type: ignore[no-redef]
 
             exp, ssi, sei = hparams(flat, metrics)
             writer = self.experiment._get_file_writer()
             for summary in (exp, ssi, sei):
-                writer.add_summary(summary)
+                writer.add_summary(summary, step)
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         for key, value in metrics.items():
-            tag = f"{self._prefix}-{key}" if self._prefix else key
+            tag = f"{self._prefix}{self.LOGGER_JOIN_CHAR}{key}" if self._prefix else key
             if isinstance(value, dict):
                 self.experiment.add_scalars(tag, value, step)
             else:
@@ -196,3 +230,21 @@ class TensorBoardLogger(Logger):
         state = dict(self.__dict__)
         state["_experiment"] = None
         return state
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "ModelCheckpoint": "fulmen.callbacks.model_checkpoint.ModelCheckpoint",
+})  # fmt: skip
+
+class FabricTensorBoardLogger(TensorBoardLogger):
+    """Lightning Fabric's ``TensorBoardLogger`` (which Lightning's subclasses): this ``TensorBoardLogger`` made
+    with Fabric's arguments, ``root_dir`` for ``save_dir``: the same files (``root_dir/name/version_N``). Unlike
+    Lightning's class tree, fulmen's ``TensorBoardLogger`` is not an instance of this one, and ``.root_dir`` reads as
+    on Lightning's loggers (``root_dir/name``, the folder of the versions), not as on Fabric's (the folder given)."""
+
+    def __init__(self, root_dir: str | os.PathLike[str], name: str | None = "lightning_logs",
+                 version: int | str | None = None, default_hp_metric: bool = True, prefix: str = "",
+                 sub_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:  # fmt: skip
+        super().__init__(save_dir=root_dir, name=name, version=version, default_hp_metric=default_hp_metric,
+                         prefix=prefix, sub_dir=sub_dir, **kwargs)  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fulmen.utilities import cloud_io
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 
 if TYPE_CHECKING:
     from fulmen.loggers.logger import Logger
@@ -42,3 +43,9 @@ def _scan_checkpoints(checkpoint_callback: Any, logged_model_time: dict[str, flo
             continue
         found.append((mtime, path, score, tag))
     return sorted(found, key=lambda item: item[0])
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "Checkpoint": "fulmen.callbacks.checkpoint.Checkpoint",
+})  # fmt: skip

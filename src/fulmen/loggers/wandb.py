@@ -17,6 +17,8 @@ from fulmen.loggers.logger import (
 )
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import RequirementCache, require
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.imports import optional_packages as _optional_packages
 from fulmen.utilities.rank_zero import rank_zero_only, rank_zero_warn
 
 # whether the logger's package is installed, where programs and test suites written for Lightning look
@@ -51,7 +53,7 @@ class WandbLogger(CheckpointUploads, Logger):
         add_file_policy: Literal["mutable", "immutable"] = "mutable",
         **kwargs: Any,
     ) -> None:
-        require("wandb", "wandb", "WandbLogger")
+        require("wandb", "wandb", "WandbLogger", available=_WANDB_AVAILABLE)
         if offline and log_model:
             raise MisconfigurationException(
                 f"WandbLogger(offline=True, log_model={log_model!r}): an offline run cannot upload checkpoints. "
@@ -97,8 +99,7 @@ class WandbLogger(CheckpointUploads, Logger):
         """The ``wandb`` run (started on first use; an already running ``wandb.run`` is reused)."""
         if self._experiment is not None:
             return self._experiment
-        import wandb
-
+        wandb = _package("wandb")
         init = {k: v for k, v in self._wandb_init.items() if v is not None}
         if self._save_dir is not None:
             os.makedirs(self._save_dir, exist_ok=True)
@@ -149,9 +150,8 @@ class WandbLogger(CheckpointUploads, Logger):
     @rank_zero_only
     def log_table(self, key: str, columns: list[str] | None = None, data: list[list[Any]] | None = None,
                   dataframe: Any = None, step: int | None = None) -> None:  # fmt: skip
-        import wandb
-
-        self.log_metrics({key: wandb.Table(columns=columns, data=data, dataframe=dataframe)}, step)  # type: ignore[arg-type]
+        wandb = _package("wandb")
+        self.log_metrics({key: wandb.Table(columns=columns, data=data, dataframe=dataframe)}, step)
 
     @rank_zero_only
     def log_text(self, key: str, columns: list[str] | None = None, data: list[list[str]] | None = None,
@@ -159,8 +159,7 @@ class WandbLogger(CheckpointUploads, Logger):
         self.log_table(key, columns, data, dataframe, step)
 
     def _log_media(self, kind: str, key: str, items: list[Any], step: int | None, **kwargs: Any) -> None:
-        import wandb
-
+        wandb = _package("wandb")
         if not isinstance(items, list):
             raise TypeError(f"WandbLogger.log_{kind.lower()}({key!r}, ...): expected a list, got {type(items).__name__}.")
         for name, values in kwargs.items():
@@ -185,8 +184,7 @@ class WandbLogger(CheckpointUploads, Logger):
     @staticmethod
     def download_artifact(artifact: str, save_dir: str | None = None, artifact_type: str | None = None,
                           use_artifact: bool = True) -> str:  # fmt: skip
-        import wandb
-
+        wandb = _package("wandb")
         if wandb.run is not None and use_artifact:
             found = wandb.run.use_artifact(artifact)
         else:
@@ -205,8 +203,7 @@ class WandbLogger(CheckpointUploads, Logger):
 
     @rank_zero_only
     def _log_checkpoints(self, checkpoint_callback: Any) -> None:
-        import wandb
-
+        wandb = _package("wandb")
         for mtime, path, score, aliases in scan_checkpoints(checkpoint_callback, self._logged_model_time):
             metadata = checkpoint_metadata(checkpoint_callback, path, score)
             metadata["ModelCheckpoint"] = metadata.pop("Checkpoint")  # W&B's artifacts use this key
@@ -230,3 +227,13 @@ def _plain(params: dict[str, Any]) -> dict[str, Any]:
             value = value.__name__
         out[key] = value
     return out
+
+
+# `wandb`, the client package: imported on first use, read from here each time the logger needs it (a patched
+# `fulmen.loggers.wandb.wandb` is the one used)
+_packages, _package = _optional_packages(__name__, {"wandb": "wandb"})
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "ModelCheckpoint": "fulmen.callbacks.model_checkpoint.ModelCheckpoint",
+}, fallback=_packages)  # fmt: skip

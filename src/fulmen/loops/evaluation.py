@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from fulmen.loops.fetcher import prefetch_iterator
 from fulmen.runtime.results import ResultCollection
-from fulmen.utilities.data import record_batch_indices
+from fulmen.utilities.data import record_batch_indices, set_sampler_epoch
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -23,6 +24,41 @@ class ValidationInterrupted(Exception):
 
 def no_grad_context(inference_mode: bool) -> contextlib.AbstractContextManager[Any]:
     return torch.inference_mode() if inference_mode else torch.no_grad()
+
+
+_PREFIX = {"validation": "val", "test": "test", "predict": "predict"}
+
+
+def check_dataloader_idx(module: Any, stage: str, several: bool) -> None:
+    """Before a run's first hook: the module's step and batch hooks take ``dataloader_idx`` exactly when they will
+    be passed one (several loaders run one after another). Otherwise the mismatch surfaced at the first batch as a
+    bare ``TypeError`` about a positional argument, or, worse, several loaders' batches were logged as if they
+    came from one. ``RuntimeError``, the class Lightning raises, which programs catch."""
+    if module is None:
+        return
+    prefix = _PREFIX[stage]
+    for hook in (f"{stage}_step", f"on_{stage}_batch_start", f"on_{stage}_batch_end"):
+        method = getattr(module, hook, None)
+        if method is None:
+            continue
+        try:
+            params = inspect.signature(method).parameters
+        except (TypeError, ValueError):
+            continue
+        takes_any = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values())
+        named = params.get("dataloader_idx")
+        where = f"`{type(module).__name__}.{hook}()`"
+        # the wording is Lightning's: programs and test suites match on it
+        if several and named is None and not takes_any:
+            raise RuntimeError(
+                f"You provided multiple `{prefix}_dataloader`, but no `dataloader_idx` argument in {where}. Try "
+                "adding `dataloader_idx=0` to its signature."
+            )
+        if not several and named is not None and named.default is inspect.Parameter.empty:
+            raise RuntimeError(
+                f"You provided only a single `{prefix}_dataloader`, but have included `dataloader_idx` in {where}. "
+                "Either remove the argument or give it a default value i.e. `dataloader_idx=0`."
+            )
 
 
 class EvaluationLoop:
@@ -44,19 +80,29 @@ class EvaluationLoop:
             return []
         multiple = len(dataloaders) > 1
         sanity_checking = context.state.sanity_checking
+        check_dataloader_idx(context.module, stage, multiple)
+        if in_fit:  # an evaluation order may follow training's epochs (a sampler with set_epoch)
+            for loader in dataloaders:
+                set_sampler_epoch(loader, context.progress.current_epoch)
         metrics.refresh()  # the views keep the training step values that readers see during this run
         self.results.reset()
         self.results.sync = strategy.sync_metric
         metrics.epoch_end = False
         step = strategy.validation_step if stage == "validation" else strategy.test_step
-        with context.enter(results=self.results), no_grad_context(context.config.inference_mode and strategy.supports_inference_mode):
-            if in_fit and not sanity_checking:
+        # Inside fit (its sanity check included) validation runs under no_grad, not inference mode, whatever the
+        # flag says: a module may cache a tensor during validation and use it in the next training step, and an
+        # inference tensor cannot be saved for backward. ``validate()`` / ``test()`` use the flag.
+        inference = context.config.inference_mode and strategy.supports_inference_mode and not in_fit
+        with context.enter(results=self.results), no_grad_context(inference):
+            if in_fit and not sanity_checking and context.progress.window.done:
+                # not inside an accumulation window: the gradients gathered so far are still to be stepped
                 hooks.call_module("on_validation_model_zero_grad")
             module = context.module
             modes = {name: m.training for name, m in module.named_modules()} if module is not None else {}
             hooks.call_module(f"on_{stage}_model_eval")
             hooks.call_callbacks(f"on_{stage}_start")
             hooks.call_module(f"on_{stage}_start")
+            getattr(strategy, f"on_{stage}_start")()
             hooks.call_callbacks(f"on_{stage}_epoch_start")
             hooks.call_module(f"on_{stage}_epoch_start")
             fetch = f"[_EvaluationLoop].{'val' if stage == 'validation' else stage}_next"  # Lightning's name
@@ -73,6 +119,7 @@ class EvaluationLoop:
                     hooks.call_callbacks(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                     hooks.call_module(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                     metrics.on_eval_step_end(self.results)
+                    self.results.clear_batch()
                     context.ticks += 1
                     if stop is not None and stop.signal is not None:
                         self._restore_modes(module, modes)
@@ -89,6 +136,7 @@ class EvaluationLoop:
                 self.has_run = True
             hooks.call_callbacks(f"on_{stage}_end")
             hooks.call_module(f"on_{stage}_end")
+            getattr(strategy, f"on_{stage}_end")()
             self.results.release_metrics()
             if hooks.module_overrides(f"on_{stage}_model_train") or module is None:
                 hooks.call_module(f"on_{stage}_model_train")
@@ -151,10 +199,12 @@ class PredictionLoop:
         self.current_batch_indices = []
         if not dataloaders or sum(num_batches) == 0:
             return None
+        check_dataloader_idx(context.module, "predict", multiple)
         with no_grad_context(context.config.inference_mode and strategy.supports_inference_mode):
             hooks.call_module("on_predict_model_eval")
             hooks.call_callbacks("on_predict_start")
             hooks.call_module("on_predict_start")
+            strategy.on_predict_start()
             hooks.call_callbacks("on_predict_epoch_start")
             hooks.call_module("on_predict_epoch_start")
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
@@ -188,6 +238,7 @@ class PredictionLoop:
             hooks.call_module("on_predict_epoch_end")
             hooks.call_callbacks("on_predict_end")
             hooks.call_module("on_predict_end")
+            strategy.on_predict_end()
         if not return_predictions:
             return None
         return self.predictions

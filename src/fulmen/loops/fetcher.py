@@ -1,7 +1,8 @@
 """Batches of one epoch, each with whether it is the last one; resume can start mid-epoch.
 
-A map-style ``DataLoader`` knows its length, so batches are fetched when the loop asks for them. Anything
-else (iterable datasets, lists, combined loaders) is read one batch ahead: knowing ``is_last_batch`` before
+A map-style ``DataLoader`` (or a ``CombinedLoader`` of sized loaders) knows its length, so batches are fetched
+when the loop asks for them. Anything else (iterable datasets, lists, unsized combined loaders) is read one batch
+ahead: knowing ``is_last_batch`` before
 running the batch lets the final batch close an accumulation window and step epoch schedulers.
 
 Starting at batch ``k`` of an epoch (exact resume) rebuilds a plain ``DataLoader`` over a batch sampler that
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from fulmen.utilities.combined_loader import CombinedLoader
 from fulmen.utilities.data import has_len, is_iterable_dataset, with_batch_sampler
 from fulmen.utilities.rank_zero import rank_zero_info
 
@@ -74,6 +76,11 @@ def _skipping_loader(loader: Any, skip: int) -> tuple[Any, Callable[[], None]] |
 
 
 def fetches_lazily(loader: Any) -> bool:
+    """Whether the epoch's end is known from the length, so no batch is read ahead: a map-style DataLoader, or a
+    CombinedLoader whose loaders all have one (reading ahead would restart a cycled loader early, drawing its
+    seeds from the global RNG before the step that Lightning draws them after)."""
+    if isinstance(loader, CombinedLoader):
+        return has_len(loader)
     return isinstance(loader, DataLoader) and has_len(loader) and not is_iterable_dataset(loader)
 
 
@@ -131,6 +138,8 @@ class PrefetchIterator:
         generator. A persistent-workers loader draws that seed only when its workers start: a resumed run,
         which starts them in a later epoch than the uninterrupted run did, must not draw it from the global
         RNG (the shuffle order of every later epoch would change)."""
+        if isinstance(iterable, CombinedLoader):
+            return iterable.iter_batches()  # the batches, without the (batch_idx, dataloader_idx) it yields
         if not (self._quiet and isinstance(iterable, DataLoader)):
             return iter(iterable)
         saved = iterable.generator

@@ -41,6 +41,8 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from torch.utils.data import DataLoader
+
 from fulmen.loops import resume
 from fulmen.loops.evaluation import EvaluationLoop
 from fulmen.loops.fetcher import PrefetchIterator, prefetch_iterator
@@ -49,10 +51,12 @@ from fulmen.loops.training_epoch import TrainingEpochLoop, can_stop_early, max_s
 from fulmen.runtime.results import ResultCollection
 from fulmen.runtime.rng import capture_generator_states, capture_rng, restore_generator_states, restore_rng
 from fulmen.runtime.state import LoopPhase, RunningStage
-from fulmen.utilities.data import has_len, is_iterable_dataset, parse_num_batches
+from fulmen.utilities.combined_loader import CombinedLoader
+from fulmen.utilities.data import has_len, parse_num_batches, set_sampler_epoch
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from fulmen.utilities.sample_seeds import sample_seed_in_use, sample_seeded
+from fulmen.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
@@ -142,16 +146,33 @@ class FitLoop:
             every and self._last_reload_epoch is not None and epoch - self._last_reload_epoch >= every
         ):
             return
+        reloading = self._train_dataloader is not None
         # a run resumed from another number of processes keeps the order of the run that wrote the checkpoint
         loader = resume.keep_order(context.data.request_train_dataloader(), self._resumed_layout)
         self._train_dataloader = loader
         self._epoch_loader = sample_seeded(loader, self._current_epoch, sample_seed_in_use())
         self._last_reload_epoch = epoch
+        if reloading:
+            _open_iterators(self._epoch_loader)
+        limit = config.limit_train_batches
+        if isinstance(loader, CombinedLoader):  # each loader limited on its own: the epoch is then len(loader)
+            loader.limits = [
+                parse_num_batches("train", len(dl) if has_len(dl) else float("inf"), limit) for dl in loader.flattened
+            ]
+            limit = 1.0
         length: int | float = len(loader) if has_len(loader) else float("inf")
-        context.batches.train = parse_num_batches("train", length, config.limit_train_batches)
-        if context.batches.train == 0 and length > 0:
-            rank_zero_warn("limit_train_batches selects 0 training batches: training is skipped.")
+        context.batches.train = parse_num_batches("train", length, limit)
+        if context.batches.train == 0:  # nothing to train on: no schedule to check (training is skipped)
+            return
         context.batches.val_check = self._val_check_batch(loader)
+        log_every = config.log_every_n_steps
+        if context.loggers and self.max_batches < log_every and not config.fast_dev_run:
+            rank_zero_warn(
+                f"The number of training batches ({self.max_batches}) is smaller than the logging interval"
+                f" Trainer(log_every_n_steps={log_every}). Set a lower value for log_every_n_steps if you want to"
+                " see logs for the training epoch.",
+                category=PossibleUserWarning,
+            )
 
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps the whole fit is expected to take (``trainer.estimated_stepping_batches``)."""
@@ -174,14 +195,14 @@ class FitLoop:
         if isinstance(vci, datetime.timedelta):
             return float("inf")  # the epoch loop validates by the clock, not by batch count
         if isinstance(vci, int):
-            if config.check_val_every_n_epoch is not None and vci > self.max_batches:
+            if config.check_val_every_n_epoch is not None and vci > self.max_batches and config.limit_val_batches > 0:
                 raise ValueError(
                     f"val_check_interval={vci} must be less than or equal to the number of the training batches per epoch "
                     f"({self.max_batches}). Use a value <= {self.max_batches}, set check_val_every_n_epoch=None "
                     "to count batches across epochs, or limit_val_batches=0 to disable validation."
                 )
             return vci
-        if self.max_batches == float("inf") or (is_iterable_dataset(loader) and not has_len(loader)):
+        if self.max_batches == float("inf"):  # an iterable without a length (and no int limit on it)
             if vci != 1.0:
                 raise MisconfigurationException(
                     f"val_check_interval={vci!r} is a fraction of an epoch, but the training dataloader is an "
@@ -312,7 +333,7 @@ class FitLoop:
     def run_sanity_check(self) -> None:
         context = self.context
         steps = context.config.num_sanity_val_steps
-        if steps == 0 or not context.data.validation_enabled(load=False):
+        if steps <= 0 or not context.data.validation_enabled(load=False):  # num_sanity_val_steps=-2: none
             return
         # the sanity check leaves the random generators as it found them (as Lightning does): a seeded run
         # trains on the same numbers whether it is on or off
@@ -320,6 +341,7 @@ class FitLoop:
         with context.enter(RunningStage.SANITY_CHECKING):
             context.hooks.call_callbacks("on_sanity_check_start")
             loaders, counts = context.data.fit_val_dataloaders()
+            context.batches.val = counts  # ``trainer.num_val_batches`` counts a full validation run from here on
             counts = [min(steps, c) for c in counts]
             context.batches.sanity = counts
             self.validate_loop.run(loaders, counts, in_fit=True)
@@ -346,8 +368,28 @@ class FitLoop:
         context.results = self.results
         self._results_fresh = True
         self.epoch_loop.start_clock()
+        every = context.config.check_val_every_n_epoch
+        first_epoch_validates = every is None or (context.progress.current_epoch + 1) % every == 0
+        if first_epoch_validates and context.data.validation_enabled(load=False):
+            # the validation data is loaded before training starts when the first epoch validates, so that
+            # ``trainer.num_val_batches`` and ``val_dataloaders`` are known to on_train_start and every batch hook
+            context.batches.val = context.data.fit_val_dataloaders()[1]
+        self._warn_modules_in_eval_mode()
         context.hooks.call_callbacks("on_train_start")
         context.hooks.call_module("on_train_start")
+        context.strategy.on_train_start()
+
+    def _warn_modules_in_eval_mode(self) -> None:
+        """Submodules left in eval mode train differently (dropout off, frozen batch-norm statistics): often a
+        frozen encoder on purpose, sometimes a mistake. Said before ``on_train_start``, in Lightning's words."""
+        module = self.context.module
+        in_eval = [name for name, m in module.named_modules() if not m.training] if module is not None else []
+        if in_eval:
+            rank_zero_warn(
+                f"Found {len(in_eval)} module(s) in eval mode at the start of training. This may lead to"
+                " unexpected behavior during training. If this is intentional, you can ignore this warning.",
+                category=PossibleUserWarning,
+            )
 
     def on_advance_start(self, fresh: bool = True) -> None:
         context = self.context
@@ -357,12 +399,7 @@ class FitLoop:
             progress.epoch_start_step = progress.global_step
             progress.scheduler_steps.epoch = 0
         self.setup_data()
-        sampler: Any = getattr(self._train_dataloader, "sampler", None)
-        inner: Any = getattr(getattr(self._train_dataloader, "batch_sampler", None), "sampler", None)
-        samplers: list[Any] = [sampler] if inner is sampler else [sampler, inner]
-        for smp in samplers:
-            if callable(getattr(smp, "set_epoch", None)):
-                smp.set_epoch(progress.current_epoch)  # shuffling samplers draw a new order per epoch
+        set_sampler_epoch(self._train_dataloader, progress.current_epoch)  # a new order per epoch
         if not self._results_fresh:  # the first epoch keeps what on_train_start logged
             self.results.reset()
             self.results.sync = context.strategy.sync_metric  # sync_dist=True reduces across processes
@@ -401,6 +438,7 @@ class FitLoop:
         self.context.progress.phase = LoopPhase.IDLE
         self.context.hooks.call_callbacks("on_train_end")
         self.context.hooks.call_module("on_train_end")
+        self.context.strategy.on_train_end()
 
     def _current_epoch(self) -> int:
         return self.context.progress.current_epoch
@@ -409,6 +447,16 @@ class FitLoop:
         # the next fit loads its own loader; this one stays readable until then
         self._last_train_dataloader, self._train_dataloader = self._train_dataloader, None
         self._epoch_loader = self.batches = self._resumed_layout = None
+
+
+def _open_iterators(loader: Any) -> None:
+    """Make (and drop) an iterator of each DataLoader in ``loader`` when it is reloaded, before the epoch's start
+    hooks, as Lightning does: each draws its worker base seed from the global RNG, so the epoch's shuffle and
+    every later random number are those a Lightning run of the same program gets (``reload_dataloaders_every_n_
+    epochs`` with a shuffled loader). A persistent-workers loader keeps the workers this starts."""
+    for dl in loader.flattened if isinstance(loader, CombinedLoader) else [loader]:
+        if isinstance(dl, DataLoader):
+            iter(dl)
 
 
 def _check_limit(name: str, value: Any) -> None:

@@ -3,6 +3,18 @@ checkpoint resumes it is kept as a :class:`~fulmen.runtime.state.LoopPhase` (see
 
 from fulmen.loops.fit import FitLoop
 from fulmen.runtime.state import LoopPhase
+from fulmen.runtime.state import RunningStage as RunningStage
+from fulmen.runtime.state import TrainerFn as TrainerFn
+from fulmen.utilities.combined_loader import CombinedLoader as CombinedLoader
+from fulmen.utilities.data import has_len_all_ranks as has_len_all_ranks
+from fulmen.utilities.data import sized_len as sized_len
+from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
+from fulmen.utilities.exceptions import SIGTERMException as SIGTERMException
+from fulmen.utilities.model_helpers import is_overridden as is_overridden
+from fulmen.utilities.rank_zero import rank_zero_debug as rank_zero_debug
+from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
+from fulmen.utilities.warnings import PossibleUserWarning as PossibleUserWarning
 
 __all__ = ["FitLoop", "LoopPhase", "RestartStage"]
 

@@ -14,7 +14,9 @@ from fulmen.loops.fetcher import PrefetchIterator
 from fulmen.loops.optimization import AutomaticOptimization, ManualOptimization
 from fulmen.runtime.rng import capture_rng, restore_rng
 from fulmen.runtime.state import LoopPhase
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.strategies.strategy import Strategy
+from fulmen.utilities.exceptions import MisconfigurationException, ZeroIntervalError
+from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import WarningCache
 
 if TYPE_CHECKING:
@@ -56,6 +58,7 @@ class TrainingEpochLoop:
         # decided once per epoch by plan(): what the hot loop may skip
         self._collect_outputs = False
         self._batch_hooks = True
+        self._strategy_batch_start = False  # the strategy overrides on_train_batch_start
         self._automatic = True
         self._validates = True  # validation can run in this fit at all (else no per-batch schedule check)
         self.validation_interrupted = False  # a signal stopped this batch's validation: it is still to run
@@ -117,6 +120,10 @@ class TrainingEpochLoop:
         self._automatic = module.automatic_optimization
         self._collect_outputs = hooks.module_overrides("training_epoch_end")
         self._batch_hooks = not hooks.defaults_only("on_train_batch_start", "on_train_batch_end")
+        strategy = self.context.strategy
+        self._strategy_batch_start = is_overridden("on_train_batch_start", strategy, Strategy)
+        # Lightning calls the strategy's (deprecated) post_training_step after every training_step
+        self.automatic.post_step = self.manual.post_step = is_overridden("post_training_step", strategy, Strategy)
         self._validates = self.context.data.validation_enabled(load=False)
         self.automatic.plan()
         self.automatic.outputs_unread = not (self._batch_hooks or self._collect_outputs)
@@ -148,7 +155,6 @@ class TrainingEpochLoop:
                 self._is_last_batch = True
                 break
             if advance(batch) == -1:
-                progress.batch_idx += 1
                 break
             self.on_advance_end()
             check_saves()  # a checkpoint that failed to write in the background stops the run here
@@ -169,14 +175,25 @@ class TrainingEpochLoop:
         results.set_batch(batch)
         if self._batch_hooks:
             hooks.call_callbacks("on_train_batch_start", batch, batch_idx)
-            if hooks.call_module("on_train_batch_start", batch, batch_idx) == -1:
+            response = hooks.call_module("on_train_batch_start", batch, batch_idx)
+            if self._strategy_batch_start:
+                context.strategy.on_train_batch_start(batch, batch_idx)
+            if response == -1:
+                self._skip_rest_of_epoch()
                 return -1
+        elif self._strategy_batch_start:
+            context.strategy.on_train_batch_start(batch, batch_idx)
         progress.batch_idx += 1  # batches taken this epoch, this one included
         progress.phase = _STEP
         window = progress.window  # the accumulation window, advanced inline (once per batch)
         if window.done:
             window.size = context.accumulate_grad_batches
             window.pos = 0
+            if not window.size:  # accumulate_grad_batches=0, which the Trainer takes (as Lightning does)
+                raise ZeroIntervalError(
+                    "accumulate_grad_batches=0: an optimizer step would come every 0 batches. Use an int >= 1 "
+                    "(the batches whose gradients are summed before each optimizer step)."
+                )
         window.pos += 1
         window.done = window.pos >= window.size or progress.batch_idx == context.batches.train or self._is_last_batch
         accumulate = not window.done
@@ -196,7 +213,18 @@ class TrainingEpochLoop:
             hooks.call_module("on_train_batch_end", outputs, batch, batch_idx)
         if results.items and not (accumulate and self._automatic):
             context.metrics.on_train_step_end(results)
+        results.clear_batch()
         return None
+
+    def _skip_rest_of_epoch(self) -> None:
+        """``on_train_batch_start`` returned -1: this batch is the epoch's last, untrained. Its schedulers still
+        step as at any last batch: 'step' ones (no accumulation is left open at an epoch's end) and 'epoch' ones,
+        so a schedule over epochs keeps its pace when a module skips the end of some epochs."""
+        self.context.progress.batch_idx += 1  # taken (it counts in the epoch's batches), not trained
+        self._is_last_batch = True
+        if self.context.strategy.lr_scheduler_configs:
+            self.update_lr_schedulers("step", plateau=False, last_batch=True)
+            self.update_lr_schedulers("epoch", plateau=False)
 
     def on_advance_end(self, run_validation: bool | None = None) -> None:
         context = self.context
@@ -256,6 +284,14 @@ class TrainingEpochLoop:
             due = True
         elif val_check_batch == math.inf:
             due = False  # not the last batch
+        elif val_check_batch == 0:  # val_check_interval=0: taken by the Trainer, as Lightning does, but no schedule
+            if context.data.validation_enabled():
+                raise ZeroIntervalError(
+                    "val_check_interval=0 gives no validation schedule: validation would run every 0 training "
+                    "batches. Use an int >= 1 (a number of batches) or a float in [0.0, 1.0] (a fraction of the "
+                    "epoch; 0.0 validates after every batch)."
+                )
+            due = False
         else:
             index = progress.total_batch_idx if every is None else progress.batch_idx - 1
             due = (index + 1) % int(val_check_batch) == 0
@@ -263,14 +299,14 @@ class TrainingEpochLoop:
         return due and context.data.validation_enabled()
 
     # -- learning-rate schedulers ----------------------------------------------------------------------
-    def update_lr_schedulers(self, interval: str, plateau: bool) -> None:
+    def update_lr_schedulers(self, interval: str, plateau: bool, last_batch: bool = False) -> None:
         context = self.context
         strategy = context.strategy
         configs = strategy.lr_scheduler_configs
         module = context.module
         if not configs or module is None or not module.automatic_optimization:
             return
-        if interval == "step" and self.accumulation_window_open:
+        if interval == "step" and self.accumulation_window_open and not last_batch:
             return
         progress = context.progress
         index = (progress.batch_idx - 1 if interval == "step" else progress.current_epoch) + 1

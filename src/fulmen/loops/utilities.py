@@ -7,8 +7,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from fulmen.accelerators.xla import XLAAccelerator as XLAAccelerator
 from fulmen.loops.evaluation import no_grad_context
 from fulmen.loops.training_epoch import can_stop_early, max_steps_reached
+from fulmen.runtime.state import RunningStage as RunningStage
+from fulmen.strategies.fsdp import FSDPStrategy as FSDPStrategy
+from fulmen.strategies.parallel import ParallelStrategy as ParallelStrategy
+from fulmen.strategies.strategy import Strategy as Strategy
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
+from fulmen.utilities.warnings import PossibleUserWarning as PossibleUserWarning
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -26,3 +34,10 @@ def check_finite_loss(loss: Tensor | None) -> None:
         "rate, clip gradients (Trainer(gradient_clip_val=...)) or look for the operation that overflows with "
         "Trainer(detect_anomaly=True)."
     )
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "Timer": "fulmen.callbacks.timer.Timer",
+    "is_param_in_hook_signature": "fulmen.utilities.signature_utils.is_param_in_hook_signature",
+})  # fmt: skip

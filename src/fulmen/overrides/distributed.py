@@ -16,6 +16,9 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
+from fulmen.utilities.rank_zero import rank_zero_debug as rank_zero_debug
+from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
+
 
 def _tensors_in(obj: Any) -> list[torch.Tensor]:
     """The tensors in ``obj`` (nested lists, tuples and dict values)."""
@@ -124,3 +127,27 @@ class UnrepeatedDistributedSamplerWrapper(UnrepeatedDistributedSampler):
         assert isinstance(drawn, _SamplerAsDataset)
         drawn.reset()
         return (drawn[position] for position in super().__iter__())
+
+
+class DistributedSamplerWrapper(DistributedSampler):
+    """Shares out what another ``sampler`` yields (a weighted or custom sampler) as a ``DistributedSampler``
+    shares out a data set: each process gets every ``num_replicas``-th of the sampler's indices, padded to equal
+    shares. The wrapped sampler is drawn afresh at every pass and chooses the order: ``shuffle`` and ``seed``
+    here change nothing of it; ``set_epoch`` reaches it too (Lightning Fabric's ``DistributedSamplerWrapper``)."""
+
+    def __init__(self, sampler: Sampler[Any] | Iterable[Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(_SamplerAsDataset(sampler), *args, **kwargs)
+
+    def __iter__(self) -> Iterator[Any]:
+        drawn = self.dataset
+        assert isinstance(drawn, _SamplerAsDataset)
+        drawn.reset()
+        return (drawn[position] for position in super().__iter__())
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        drawn = self.dataset
+        assert isinstance(drawn, _SamplerAsDataset)
+        set_epoch = getattr(drawn._sampler, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)

@@ -11,9 +11,11 @@ from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import package_available
 
 
-def require_package(package: str, requirement: str, what: str, instead: str) -> None:
-    """``ModuleNotFoundError`` (Lightning's exception for a missing requirement) unless ``package`` imports."""
-    if not package_available(package):
+def require_package(package: str, requirement: str, what: str, instead: str, available: object = None) -> None:
+    """``ModuleNotFoundError`` (Lightning's exception for a missing requirement) unless ``package`` imports.
+    ``available``: the availability flag of the caller's module (``_XLA_AVAILABLE``), read by the caller when
+    it runs, which then decides instead (a patched flag counts, as in Lightning)."""
+    if not (package_available(package) if available is None else available):
         raise ModuleNotFoundError(
             f"{what} needs the package `{package}`, which is not installed: `pip install -U '{requirement}'`. "
             f"{instead}"

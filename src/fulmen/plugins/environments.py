@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 from abc import ABC, abstractmethod
@@ -24,7 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.plugins._interop import implements_foreign_base
 from fulmen.plugins._unavailable import XLA_INSTEAD, refuse, require_package
-from fulmen.strategies.environment import ClusterLayout, slurm_layout, torchrun_layout
+from fulmen.strategies.environment import (
+    _INTERACTIVE_SLURM_JOBS,
+    ClusterLayout,
+    slurm_layout,
+    torchrun_layout,
+)
 from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_only
@@ -341,14 +347,29 @@ class SLURMEnvironment(ClusterEnvironment):
     def detect() -> bool:
         return "SLURM_NTASKS" in os.environ and os.environ.get("SLURM_JOB_NAME") not in ("bash", "interactive")
 
-    @property
-    def job_id(self) -> int | None:
+    @staticmethod
+    def job_id() -> int | None:
+        """The SLURM job's id (``SLURM_JOB_ID``); None outside a job or in an interactive one (``salloc``'s
+        shell), whose logs must not share a job's id."""
+        if os.environ.get("SLURM_JOB_NAME") in _INTERACTIVE_SLURM_JOBS:
+            return None
         job = os.environ.get("SLURM_JOB_ID")
-        return int(job) if job and job.isdigit() else None
+        try:
+            return int(job) if job is not None else None
+        except ValueError:
+            return None
 
-    @property
-    def job_name(self) -> str | None:
+    @staticmethod
+    def job_name() -> str | None:
         return os.environ.get("SLURM_JOB_NAME")
+
+    @staticmethod
+    def resolve_root_node_address(nodes: str) -> str:
+        """The first host of a SLURM node list: of ``'host0 host1'`` or ``'host0,host1'`` ``'host0'``, of the
+        range ``'host[5-9]'`` ``'host5'``."""
+        nodes = re.sub(r"\[(.*?)[,-].*\]", "\\1", nodes)  # the first node of every range
+        nodes = re.sub(r"\[(.*?)\]", "\\1", nodes)  # a range of one number
+        return nodes.split(" ")[0].split(",")[0]
 
     def layout(self) -> ClusterLayout | None:
         return slurm_layout()  # None for a single task: one process, nothing to rendezvous

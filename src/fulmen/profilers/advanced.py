@@ -12,6 +12,8 @@ from typing import Any
 
 from fulmen.profilers.profiler import Profiler
 from fulmen.utilities import cloud_io
+from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
+from fulmen.utilities.rank_zero import rank_zero_only as rank_zero_only
 
 
 class AdvancedProfiler(Profiler):

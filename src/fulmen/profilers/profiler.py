@@ -16,6 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from fulmen.utilities import cloud_io
+from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.rank_zero import rank_zero_info
 
 

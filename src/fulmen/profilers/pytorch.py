@@ -18,9 +18,14 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerAction, kineto_available, record_function
 
+from fulmen.accelerators.cuda import is_cuda_available as is_cuda_available
 from fulmen.profilers.profiler import Profiler
 from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.rank_zero import WarningCache as WarningCache
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
+
+warning_cache = WarningCache()  # Lightning's module-level cache, for code that warns through it
 
 _KINETO_AVAILABLE = kineto_available()  # whether torch was built with its CPU/CUDA activity tracer
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import defaultdict
@@ -39,7 +40,9 @@ class SimpleProfiler(Profiler):
             return ""
         stage = f"{self._stage.upper()} " if self._stage else ""
         rows = sorted(
-            ((name, sum(d), len(d)) for name, d in self.recorded_durations.items()), key=lambda r: r[1], reverse=True
+            # math.fsum: many short durations add up without the rounding a running float sum accumulates
+            ((name, math.fsum(d), len(d)) for name, d in self.recorded_durations.items()),
+            key=lambda r: r[1], reverse=True,
         )
         header: tuple[str, ...]
         body: list[tuple[str, ...]]

@@ -23,7 +23,7 @@ class XLAProfiler(Profiler):
     RECORD_FUNCTIONS = frozenset({"training_step", "backward", "validation_step", "test_step", "predict_step"})
 
     def __init__(self, port: int = 9012) -> None:
-        require_package("torch_xla", "torch_xla>=1.13", "XLAProfiler", _INSTEAD)
+        require_package("torch_xla", "torch_xla>=1.13", "XLAProfiler", _INSTEAD, available=_XLA_AVAILABLE)
         super().__init__(dirpath=None, filename=None)
         self.port = port
 

@@ -63,7 +63,7 @@ class CheckpointRequest:
     """The ``ckpt_path`` a stage was asked to start from, and how to load it (before it is resolved)."""
 
     path: Any = None
-    weights_only: bool = True
+    weights_only: bool | None = None  # None: torch's default (safe unless the user's environment says otherwise)
     loaded: str | None = None  # the file it resolved to, once loaded (``trainer.ckpt_path``)
 
 

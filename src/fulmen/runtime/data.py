@@ -6,13 +6,22 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.utilities.combined_loader import CombinedLoader
-from fulmen.utilities.data import has_len, is_iterable_dataset, parse_num_batches, rebuild_dataloader
+from fulmen.utilities.data import (
+    has_len_all_ranks,
+    is_iterable_dataset,
+    parse_num_batches,
+    rebuild_dataloader,
+    suggested_max_num_workers,
+)
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.model_helpers import is_overridden
-from fulmen.utilities.rank_zero import WarningCache
+from fulmen.utilities.rank_zero import rank_zero_warn
 from fulmen.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
@@ -40,7 +49,6 @@ class DataSource:
     def __init__(self, context: RunContext) -> None:
         self.context = context
         self.sources: dict[str, Any] = {}
-        self._warnings = WarningCache()
         self.val_dataloaders: list[Any] | None = None
         self.val_num_batches: list[int | float] = []
         self.eval_dataloaders: dict[str, list[Any]] = {}  # the last loaders of each evaluation stage
@@ -96,10 +104,28 @@ class DataSource:
             )
         if isinstance(loader, (list, tuple, Mapping)):
             loader = CombinedLoader(loader, mode="max_size_cycle")
+        if self.context.config.overfit_batches > 0:
+            loader = _without_shuffling(loader, "train")
+        if isinstance(loader, CombinedLoader):
+            processed = [self._processed(dl) for dl in loader.flattened]
+            if any(new is not old for new, old in zip(processed, loader.flattened)):
+                loader.flattened = processed
         else:
-            loader = self._distributed(loader, "train")
-        self._check_workers(loader, "train")
+            loader = self._processed(self._distributed(loader, "train"))
+        loaders = loader.flattened if isinstance(loader, CombinedLoader) else [loader]
+        for dl in loaders:
+            self._check_workers(dl, "train")
+        allow_zero = self._allow_zero_length()
+        for dl in loaders:
+            has_len_all_ranks(dl, self.context.strategy, allow_zero)
+        # the loaders together, in the CombinedLoader that Lightning puts around them (its warning names it)
+        whole = loader if isinstance(loader, CombinedLoader) else CombinedLoader(loader, "max_size_cycle")
+        has_len_all_ranks(whole, self.context.strategy, allow_zero)
         return loader
+
+    def _processed(self, loader: Any) -> Any:
+        """``loader`` as the strategy's ``process_dataloader`` returns it (the loader itself by default)."""
+        return self.context.strategy.process_dataloader(loader)
 
     def request_eval_dataloaders(self, stage: str) -> tuple[list[Any], list[int | float]]:
         cfg = self.context.config
@@ -113,7 +139,11 @@ class DataSource:
         loader = self._request(stage)
         if loader is None:
             return [], []
-        if isinstance(loader, CombinedLoader):
+        if isinstance(loader, CombinedLoader) and loader.mode != "sequential":
+            # one combined batch per step (a batch of each loader, no dataloader_idx): one loader to the loop
+            loader.flattened = [self._processed(self._distributed(dl, stage)) for dl in loader.flattened]
+            loaders: list[Any] = [loader]
+        elif isinstance(loader, CombinedLoader):
             loaders = loader.flattened
         elif isinstance(loader, Mapping):
             loaders = list(loader.values())
@@ -121,14 +151,38 @@ class DataSource:
             loaders = list(loader)
         else:
             loaders = [loader]
-        loaders = [self._distributed(dl, stage) for dl in loaders]
+        if stage == "val" and self.context.state.fitting and cfg.overfit_batches > 0:
+            if isinstance(loaders[0], CombinedLoader):
+                loaders = [_without_shuffling(loaders[0], "val")]
+            else:
+                loaders = _without_shuffling(CombinedLoader(loaders, mode="sequential"), "val").flattened
+        for inner in (one for dl in loaders for one in _flat(dl)):
+            if _is_shuffled(inner):
+                rank_zero_warn(
+                    f"Your `{stage}_dataloader`'s sampler has shuffling enabled, it is strongly recommended that"
+                    " you turn shuffling off for val/test dataloaders.",
+                    category=PossibleUserWarning,
+                )
+        loaders = [
+            dl if isinstance(dl, CombinedLoader) else self._processed(self._distributed(dl, stage)) for dl in loaders
+        ]
+        for inner in (one for dl in loaders for one in _flat(dl)):
+            self._check_workers(inner, stage)
+        allow_zero = self._allow_zero_length()
         counts = []
         for dl in loaders:
-            length: int | float = len(dl) if has_len(dl) else float("inf")
-            counts.append(parse_num_batches(stage, length, limit))
-            self._check_workers(dl, stage)
+            if isinstance(dl, CombinedLoader):  # each loader limited on its own: the steps are then len(dl)
+                dl.limits = [self._count(inner, stage, limit, allow_zero) for inner in dl.flattened]
+                counts.append(self._count(dl, stage, 1.0, allow_zero))
+            else:
+                counts.append(self._count(dl, stage, limit, allow_zero))
         self.eval_dataloaders[stage] = loaders
         return loaders, counts
+
+    def _count(self, loader: Any, stage: str, limit: int | float, allow_zero: bool) -> int | float:
+        """The batches of ``loader`` that ``limit_<stage>_batches`` selects (inf for a loader without length)."""
+        has_length = has_len_all_ranks(loader, self.context.strategy, allow_zero)
+        return parse_num_batches(stage, len(loader) if has_length else float("inf"), limit)
 
     def stage_dataloaders(self, stage: str) -> Any:
         """The loader(s) of the current or last run of ``stage`` ('val': fit's, else validate's): one loader, a
@@ -205,39 +259,86 @@ class DataSource:
             )  # fmt: skip
         return rebuild_dataloader(loader, sampler=sampler)
 
+    def _allow_zero_length(self) -> bool:
+        """Whether a process may have no batches while others have some (the module's or data module's flag)."""
+        allowed = getattr(self.context.module, "allow_zero_length_dataloader_with_multiple_devices", False)
+        datamodule = self.context.datamodule
+        return bool(allowed or getattr(datamodule, "allow_zero_length_dataloader_with_multiple_devices", False))
+
     def _check_workers(self, loader: Any, stage: str) -> None:
-        """Seed 001's data-loading advice, as warnings (each once): workers, pinned memory, persistence."""
-        num_workers = getattr(loader, "num_workers", None)
-        if num_workers is None or stage == "predict":
-            return  # not a DataLoader (an InMemoryDataLoader needs no workers)
-        cpus = os.cpu_count() or 1
-        if num_workers == 0 and cpus > 2:
-            self._warnings.warn(
-                f"The {stage} dataloader has num_workers=0: batches load in the main process, which may "
-                f"bottleneck training. Consider DataLoader(num_workers={min(cpus - 1, 8)}).",
+        """Lightning's data-loading advice for one DataLoader of ``stage``, in its words, each time a stage
+        loads its dataloaders: worker processes that start slowly or are few, pinned memory with persistent
+        workers that are reloaded."""
+        if not isinstance(loader, DataLoader):
+            return  # an InMemoryDataLoader, a custom iterable: it loads its own way
+        name = f"{stage}_dataloader"
+        upper_bound = suggested_max_num_workers(len(self.context.config.devices))
+        context = loader.multiprocessing_context
+        start_method = context.get_start_method() if context is not None else mp.get_start_method()
+        if loader.num_workers > 0 and start_method == "spawn" and not loader.persistent_workers:
+            rank_zero_warn(
+                f"Consider setting `persistent_workers=True` in '{name}' to speed up the dataloader worker "
+                "initialization."
+            )
+        elif loader.num_workers < 2 and upper_bound > 1:
+            rank_zero_warn(
+                f"The '{name}' does not have many workers which may be a bottleneck. Consider increasing the "
+                f"value of the `num_workers` argument` to `num_workers={upper_bound}` in the `DataLoader` to "
+                "improve performance.",
                 category=PossibleUserWarning,
             )
-        on_cuda = self.context.strategy.root_device.type == "cuda"
-        if on_cuda and not getattr(loader, "pin_memory", True) and _holds_cpu_data(loader):
-            self._warnings.warn(
-                f"The {stage} dataloader has pin_memory=False while training on CUDA: copies from pageable "
-                "memory cannot overlap compute. Consider DataLoader(..., pin_memory=True).",
-                category=PossibleUserWarning,
-            )
-        epochs = self.context.config.max_epochs
-        restarts = stage == "train" and (epochs is None or epochs == -1 or epochs > 1)
-        if num_workers > 0 and restarts and not getattr(loader, "persistent_workers", True):
-            self._warnings.warn(
-                f"The {stage} dataloader starts {num_workers} worker process(es) again at every epoch. "
-                "Consider DataLoader(..., persistent_workers=True) to keep them alive between epochs.",
+        reloads = self.context.config.reload_dataloaders_every_n_epochs > 0
+        if loader.persistent_workers and loader.pin_memory and reloads:
+            rank_zero_warn(
+                "The combination of `DataLoader(`pin_memory=True`, `persistent_workers=True`) and `Trainer("
+                "reload_dataloaders_every_n_epochs > 0)` can lead to instability due to limitations in PyTorch "
+                "(https://github.com/pytorch/pytorch/issues/91252). We recommend setting `pin_memory=False` in "
+                "this case.",
                 category=PossibleUserWarning,
             )
 
 
-def _holds_cpu_data(loader: Any) -> bool:
-    """False when the data set already lives on a GPU (pinning would then fail)."""
-    tensors = getattr(getattr(loader, "dataset", None), "tensors", None)
-    return not tensors or all(t.device.type == "cpu" for t in tensors)
+def _flat(loader: Any) -> list[Any]:
+    """The dataloaders inside ``loader`` (a CombinedLoader's), or ``loader`` itself."""
+    return loader.flattened if isinstance(loader, CombinedLoader) else [loader]
+
+
+def _is_shuffled(loader: Any) -> bool:
+    """Whether ``loader`` draws its samples in a random order (a ``RandomSampler``, also inside its batch
+    sampler); an iterable data set's order is its own."""
+    if isinstance(getattr(loader, "dataset", None), IterableDataset) or not hasattr(loader, "sampler"):
+        return False
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    sampler = loader.sampler if batch_sampler is None else getattr(batch_sampler, "sampler", batch_sampler)
+    return isinstance(sampler, RandomSampler)
+
+
+def _without_shuffling(loader: Any, stage: str) -> Any:
+    """``overfit_batches``: the same batches at every epoch, so each loader reads in order; a shuffled one is
+    rebuilt with a ``SequentialSampler`` (said each time the stage loads, as Lightning says it)."""
+    loaders = loader.flattened if isinstance(loader, CombinedLoader) else [loader]
+    if all(isinstance(dl.sampler, SequentialSampler) for dl in loaders if hasattr(dl, "sampler")):
+        return loader
+    rank_zero_warn(
+        f"You requested to overfit but enabled {stage} dataloader shuffling. We are turning off the {stage} "
+        "dataloader shuffling for you."
+    )
+    in_order = [
+        rebuild_dataloader(dl, sampler=SequentialSampler(dl.dataset)) if _rebuildable(dl) else dl for dl in loaders
+    ]
+    if isinstance(loader, CombinedLoader):
+        loader.flattened = in_order
+        return loader
+    return in_order[0]
+
+
+def _rebuildable(loader: Any) -> bool:
+    return (
+        type(loader) is DataLoader
+        and not isinstance(loader.dataset, IterableDataset)
+        and loader.batch_sampler is not None
+        and loader.batch_size is not None
+    )
 
 
 def step_overridden(module: LightningModule, stage: str) -> bool:

@@ -282,6 +282,12 @@ class ResultCollection:
         self._batch_size = None
         self.dataloader_idx = dataloader_idx
 
+    def clear_batch(self) -> None:
+        """The batch has ended: values logged until the next one (epoch-end hooks) count with batch size 1, as
+        in Lightning, which drops its batch there too."""
+        self.batch = None
+        self._batch_size = None
+
     def _current_batch_size(self) -> int:
         if self._batch_size is None:
             self._batch_size = extract_batch_size(self.batch) if self.batch is not None else 1
@@ -436,8 +442,8 @@ class ResultCollection:
                 forked = meta.step_name
             if value is None:
                 continue
+            callback[meta.display_name] = value  # the name, then its forked one: Lightning's order of the keys
             callback[forked] = value
-            callback[meta.display_name] = value
             if meta.logger:
                 log[forked] = value
             if meta.prog_bar:

@@ -19,6 +19,8 @@ import torch
 from fulmen.callbacks.callback import Callback
 from fulmen.serve.servable_module import ServableModule
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import RequirementCache as RequirementCache
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.imports import require
 from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import rank_zero_only
@@ -197,3 +199,10 @@ def _serving(module: Any, host: str, port: int, timeout: float) -> Any:
     finally:
         server.should_exit = True
         thread.join(timeout=max(float(timeout), 5.0))
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "DeepSpeedStrategy": "fulmen.strategies.deepspeed.DeepSpeedStrategy",
+    "FSDPStrategy": "fulmen.strategies.fsdp.FSDPStrategy",
+})  # fmt: skip

@@ -17,8 +17,15 @@ __all__ = [
     "XLAStrategy", "select_strategy",
 ]  # fmt: skip
 
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.imports import lazy_exports as _lazy_exports
 
 # its submodules read as attributes (``fulmen.trainer.states``) without their own import, as after Lightning's
 # package imports
 __getattr__, __dir__ = _lazy_exports(__name__, {})
+# the classes Lightning 2.x deprecated (they warn when made) or removed (they raise): see fulmen._graveyard
+__getattr__ = _lazy_aliases(__name__, {
+    "HPUParallelStrategy": "fulmen._graveyard.HPUParallelStrategy",
+    "SingleHPUStrategy": "fulmen._graveyard.SingleHPUStrategy",
+    "SingleTPUStrategy": "fulmen._graveyard.SingleTPUStrategy",
+}, fallback=__getattr__)  # fmt: skip

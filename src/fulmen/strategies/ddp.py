@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 
 from fulmen.accelerators import Accelerator
+from fulmen.core.optimizer import LightningOptimizer as LightningOptimizer
 from fulmen.core.optimizer import unwrap_optimizer
 from fulmen.overrides.distributed import prepare_for_backward
 from fulmen.precision import Precision
@@ -25,7 +26,13 @@ from fulmen.strategies.environment import ClusterLayout
 from fulmen.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from fulmen.strategies.parallel import ParallelStrategy
 from fulmen.utilities.exceptions import InvalidTypeError, InvalidValueError, MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.rank_zero import rank_zero_deprecation as rank_zero_deprecation
+from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
+from fulmen.utilities.rank_zero import rank_zero_only as rank_zero_only
+from fulmen.utilities.rank_zero import rank_zero_only as utils_rank_zero_only  # noqa: F401  (Lightning's name)
 from fulmen.utilities.rank_zero import rank_zero_warn
+from fulmen.utilities.seed import reset_seed as reset_seed
 
 if TYPE_CHECKING:
     from fulmen.plugins.io import CheckpointIO
@@ -131,6 +138,23 @@ class DDPStrategy(ParallelStrategy):
     def start_method(self) -> str:
         return self._start_method
 
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Lightning's names for DDP (``"ddp"``, ``"ddp_spawn"``, ``"ddp_fork"``, ``"ddp_notebook"`` and their
+        ``_find_unused_parameters_true`` / ``_false`` forms), each built from this class."""
+        launches = (("ddp", "popen"), ("ddp_spawn", "spawn"), ("ddp_fork", "fork"), ("ddp_notebook", "fork"))
+        for name, start_method in launches:
+            strategy_registry.register(
+                name, cls, description=f"DDP strategy with `start_method` '{start_method}'", start_method=start_method
+            )
+        for name, start_method in launches:
+            for unused in (False, True):
+                strategy_registry.register(
+                    f"{name}_find_unused_parameters_{str(unused).lower()}", cls,
+                    description=f"DDP strategy with `find_unused_parameters` as {unused} and `start_method` '{start_method}'",
+                    find_unused_parameters=unused, start_method=start_method,
+                )  # fmt: skip
+
     @property
     def _spawns(self) -> bool:
         """Whether fit starts the processes with torch.multiprocessing (rather than running the script again)."""
@@ -202,11 +226,19 @@ class DDPStrategy(ParallelStrategy):
         # e.g. BatchNorm statistics over the global batch; before the optimizers exist, so they hold the new layers
         self._sync_layers(module)
         super().setup(trainer)
+        self.configure_ddp()
+
+    def configure_ddp(self) -> None:
+        """Wrap the module in ``DistributedDataParallel`` (its ``training_step`` runs as the wrapper's forward)
+        and register the communication hook: the model the steps run through from now on."""
+        module = self._lightning_module
+        assert module is not None
         model = DistributedDataParallel(
             _StepModule(module, self), device_ids=self.determine_ddp_device_ids(), **self._ddp_kwargs
         )
         self._register_ddp_hooks(model)
-        self._model = model
+        self._strategy_wrapper = model
+        self.model = model
 
     def setup_optimizers(self, trainer: Any = None) -> None:
         super().setup_optimizers(trainer)
@@ -244,8 +276,10 @@ class DDPStrategy(ParallelStrategy):
 
         return PeriodicModelAverager(period=self._model_averaging_period, warmup_steps=state.start_localSGD_iter)
 
-    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], **kwargs: Any) -> Any:
-        output = super().optimizer_step(optimizer, closure, **kwargs)
+    def optimizer_step(
+        self, optimizer: Optimizer, closure: Callable[[], Any], model: nn.Module | None = None, **kwargs: Any
+    ) -> Any:
+        output = super().optimizer_step(optimizer, closure, model, **kwargs)
         averager = self._model_averager
         if averager is not None:
             raw = unwrap_optimizer(optimizer)
@@ -255,6 +289,7 @@ class DDPStrategy(ParallelStrategy):
 
     def teardown(self) -> None:
         self._model = module = self._lightning_module
+        self._strategy_wrapper = None
         if module is not None:  # plain layers again once the fit is over
             self._sync_layers(module, undo=True)
         self._layer_sync = None
@@ -267,25 +302,25 @@ class DDPStrategy(ParallelStrategy):
             return super().training_step(*args, **kwargs)
         module = self._lightning_module
         if module is None or module.automatic_optimization:
-            with self.precision_plugin.forward_context():
+            with self.precision_plugin.train_step_context():
                 return model(*args, **kwargs)
         # manual optimization: the backward passes already ran (armed by _prepare_reduction); DDP must not arm
         # its reducer again when this forward returns, or the next step's first backward would be reduced even
         # under no_sync. Grad sync is off while DDP finishes the forward, on again for the next one.
         self._manual_step = True
         try:
-            with self.precision_plugin.forward_context():
+            with self.precision_plugin.train_step_context():
                 return model(*args, **kwargs)
         finally:
             self._manual_step = False
             model.require_backward_grad_sync = True
             model.require_forward_param_sync = True  # buffers are still broadcast at the next forward
 
-    def backward(self, loss: Tensor, optimizer: Any, *args: Any, **kwargs: Any) -> Tensor:
+    def pre_backward(self, closure_loss: Tensor) -> None:
+        """Under manual optimization, arm DDP's gradient reduction for this backward (see below)."""
         module = self._lightning_module
         if module is not None and not module.automatic_optimization:
-            self._prepare_reduction(loss)
-        return super().backward(loss, optimizer, *args, **kwargs)
+            self._prepare_reduction(closure_loss)
 
     def _prepare_reduction(self, loss: Tensor) -> None:
         """Arm DDP's gradient reduction for a ``manual_backward`` call.
@@ -305,3 +340,10 @@ class DDPStrategy(ParallelStrategy):
             return model.no_sync()
         return contextlib.nullcontext()
 
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "CheckpointIO": "fulmen.plugins.io.checkpoint_plugin.CheckpointIO",
+    "ClusterEnvironment": "fulmen.plugins.environments.ClusterEnvironment",
+    "TrainerFn": "fulmen.runtime.state.TrainerFn",
+})  # fmt: skip

@@ -14,19 +14,31 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
 from fulmen.accelerators import MissingPackageError
+from fulmen.accelerators.cuda import CUDAAccelerator as CUDAAccelerator
+from fulmen.precision import Precision as Precision
 from fulmen.strategies.ddp import DDPStrategy
+from fulmen.utilities.enums import GradClipAlgorithmType as GradClipAlgorithmType
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _DEEPSPEED_AVAILABLE as _DEEPSPEED_AVAILABLE
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.model_helpers import is_overridden as is_overridden
+from fulmen.utilities.rank_zero import WarningCache as WarningCache
+from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
+from fulmen.utilities.seed import reset_seed as reset_seed
+from fulmen.utilities.types import LRSchedulerConfig as LRSchedulerConfig
 
 if TYPE_CHECKING:
     from fulmen.accelerators import Accelerator
     from fulmen.precision import Precision
     from fulmen.strategies.environment import ClusterLayout
+
+warning_cache = WarningCache()  # Lightning's module-level cache, for code that warns through it
 
 
 def remove_module_hooks(model: torch.nn.Module) -> None:
@@ -152,9 +164,42 @@ class DeepSpeedStrategy(DDPStrategy):
         zero = (self.config or {}).get("zero_optimization") or {}
         return bool(zero.get("stage") == 3)
 
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Lightning's names for DeepSpeed: ``"deepspeed"`` and the ``"deepspeed_stage_*"`` presets."""
+        strategy_registry.register("deepspeed", cls, description="Default DeepSpeed Strategy")
+        strategy_registry.register("deepspeed_stage_1", cls, description="DeepSpeed with ZeRO Stage 1 enabled", stage=1)
+        strategy_registry.register("deepspeed_stage_2", cls, description="DeepSpeed with ZeRO Stage 2 enabled", stage=2)
+        strategy_registry.register(
+            "deepspeed_stage_2_offload", cls, description="DeepSpeed ZeRO Stage 2 and CPU Offload", stage=2,
+            offload_optimizer=True,
+        )  # fmt: skip
+        strategy_registry.register("deepspeed_stage_3", cls, description="DeepSpeed ZeRO Stage 3", stage=3)
+        strategy_registry.register(
+            "deepspeed_stage_3_offload", cls, description="DeepSpeed ZeRO Stage 3 and CPU Offload", stage=3,
+            offload_optimizer=True, offload_parameters=True,
+        )  # fmt: skip
+        strategy_registry.register(
+            "deepspeed_stage_3_offload_nvme", cls, description="DeepSpeed ZeRO Stage 3 and NVMe Offload", stage=3,
+            offload_optimizer=True, offload_parameters=True, remote_device="nvme", offload_params_device="nvme",
+            offload_optimizer_device="nvme",
+        )  # fmt: skip
+
+    @property
+    def deepspeed_engine(self) -> Any:
+        """The model the steps run through (in Lightning, DeepSpeed's engine; fulmen never builds one)."""
+        return self.model
+
+    def init_deepspeed(self) -> None:
+        """Where Lightning builds DeepSpeed's engine around the model: refused, as runs with this strategy are."""
+        self._refuse()
+
     def check_launch(
         self, parallel_devices: list[torch.device], num_nodes: int, cluster: ClusterLayout | None
     ) -> None:
+        self._refuse()
+
+    def _refuse(self) -> NoReturn:
         raise MisconfigurationException(
             "DeepSpeedStrategy: fulmen does not drive DeepSpeed's engine. For the same sharding use FSDPStrategy: "
             "strategy=FSDPStrategy(sharding_strategy='FULL_SHARD') is ZeRO stage 3, 'SHARD_GRAD_OP' stage 2, and "
@@ -177,3 +222,10 @@ def _load_config(config: str | Path | dict[str, Any] | None, env_var: str) -> di
     with path.open() as handle:
         loaded: dict[str, Any] = json.load(handle)
     return loaded
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "ClusterEnvironment": "fulmen.plugins.environments.ClusterEnvironment",
+    "TrainerFn": "fulmen.runtime.state.TrainerFn",
+})  # fmt: skip

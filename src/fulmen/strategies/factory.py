@@ -52,11 +52,13 @@ def _ddp_kind(name: str | None) -> tuple[str, bool] | None:
 def select_strategy(
     strategy: str | Strategy, accelerator: Accelerator, devices: list[torch.device], num_nodes: int,
     precision: str, precision_plugin: Precision | None = None, sync_batchnorm: bool = False,
-    environment: Any = None,
+    environment: Any = None, interactive: bool = False,
 ) -> Strategy:  # fmt: skip
     """The strategy for these (validated) flags; a Strategy instance gets the Trainer's accelerator and
     precision where it left them at their defaults. ``environment``: a cluster-environment plugin that names
-    the launcher (otherwise it is detected from the environment variables)."""
+    the launcher (otherwise it is detected from the environment variables). ``interactive``: Python runs
+    interactively (a REPL, a notebook), where ``'auto'`` over several devices forks the processes, as Lightning
+    does: there is no script for them to run again."""
     if isinstance(strategy, Strategy) and strategy.cluster_plugin is not None:
         given = [getattr(env, "environment", env) for env in (environment, strategy.cluster_plugin)]  # unwrapped
         if environment is not None and given[0] is not given[1]:
@@ -73,7 +75,7 @@ def select_strategy(
         environment.expect_processes(len(devices), num_nodes)
     cluster = detect_cluster() if environment is None else environment.required_layout()
     precision_ = precision_plugin or select_precision(precision, devices[0].type)
-    chosen = _select(strategy, accelerator, devices, num_nodes, precision_, cluster, environment)
+    chosen = _select(strategy, accelerator, devices, num_nodes, precision_, cluster, environment, interactive)
     if environment is not None and chosen.is_distributed:
         environment.validate_settings(num_devices=len(devices), num_nodes=num_nodes)
     if sync_batchnorm and chosen.is_distributed and accelerator.name == "cpu":
@@ -134,7 +136,7 @@ def _built_from_registry(name: str) -> bool:
 
 def _select(
     strategy: Any, accelerator: Accelerator, devices: list[torch.device], num_nodes: int, precision: Precision,
-    cluster: Any, environment: Any,
+    cluster: Any, environment: Any, interactive: bool = False,
 ) -> Strategy:  # fmt: skip
     device = devices[0]
     if isinstance(strategy, str) and _built_from_registry(strategy):
@@ -171,7 +173,8 @@ def _select(
     processes = len(devices) * num_nodes
     launched = cluster is not None and cluster.world_size > 1
     if ddp_kind is None and name == "auto" and (processes > 1 or launched):
-        ddp_kind = ("ddp", False)
+        fork = interactive and not launched and num_nodes == 1 and len(devices) > 1
+        ddp_kind = ("ddp_fork" if fork else "ddp", False)
     if ddp_kind is None:
         if processes > 1:
             raise MisconfigurationException(

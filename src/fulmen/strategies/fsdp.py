@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -29,11 +29,18 @@ from torch import nn
 from torch.optim import Optimizer
 
 from fulmen.accelerators import Accelerator
+from fulmen.core.optimizer import LightningOptimizer as LightningOptimizer
 from fulmen.precision import Precision
 from fulmen.strategies.parallel import ParallelStrategy
 from fulmen.utilities import distributed_checkpoint
-from fulmen.utilities.exceptions import MisconfigurationException
-from fulmen.utilities.rank_zero import rank_zero_warn
+from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.model_helpers import is_overridden as is_overridden
+from fulmen.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
+from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
+from fulmen.utilities.rank_zero import rank_zero_only as rank_zero_only
+from fulmen.utilities.rank_zero import rank_zero_only as utils_rank_zero_only  # noqa: F401  (Lightning's name)
+from fulmen.utilities.seed import reset_seed as reset_seed
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -90,6 +97,11 @@ class _ShardedRoot(nn.Module):
 
 # the process group of background sharded saves, with the default group it was made from (see _checkpoint_group)
 _CHECKPOINT_GROUP: tuple[Any, Any] | None = None
+
+# Lightning's names of two checkpoint steps (whether a path is a sharded checkpoint directory; delete a checkpoint,
+# directory or file): the strategy calls them as this module's names, so patching them counts
+_is_sharded_checkpoint = distributed_checkpoint.is_sharded_checkpoint
+_remove_checkpoint = distributed_checkpoint.remove
 
 # each module's sharded root: FSDP2 shards a module in place and only once, so later stages reuse it
 _ROOTS: weakref.WeakKeyDictionary[nn.Module, _ShardedRoot] = weakref.WeakKeyDictionary()
@@ -184,7 +196,8 @@ class ShardedStrategy(ParallelStrategy):
         root = _ROOTS.get(module)
         if root is not None:  # sharded by an earlier stage (FSDP2 changes the module in place, once)
             root.attach(self)
-            self._model = self._sharded_root = root
+            self._model = self._sharded_root = self._strategy_wrapper = root
+            self._setup_precision_unless_fitting(trainer)
             return
         self.precision_plugin.convert_module(module)  # '-true' precisions: the dtype the shards keep
         # e.g. SyncBatchNorm: the layers are swapped before sharding, so the shards hold the synced layers; the
@@ -204,8 +217,9 @@ class ShardedStrategy(ParallelStrategy):
         if _on_meta(root):
             _materialise(root, self._root_device if not self.cpu_offload else torch.device("cpu"))
         _ROOTS[module] = root
-        self._model = self._sharded_root = root
+        self._model = self._sharded_root = self._strategy_wrapper = root
         self._adapt_scaler()
+        self._setup_precision_unless_fitting(trainer)
 
     def _fully_shard_kwargs(self) -> dict[str, Any]:
         fsdp = _fully_shard_api()
@@ -312,7 +326,10 @@ class ShardedStrategy(ParallelStrategy):
         root = self._sharded_root
         if root is None:  # before setup
             return super()._step(name, *args, **kwargs)
-        with self.precision_plugin.forward_context():
+        context = self._step_context(name)
+        if context is None:
+            return root(name, *args, **kwargs)
+        with context:
             return root(name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -331,7 +348,7 @@ class ShardedStrategy(ParallelStrategy):
 
         return StateDictOptions(full_state_dict=full, cpu_offload=full, **extra)
 
-    def state_dict(self) -> dict[str, Any]:
+    def lightning_module_state_dict(self) -> dict[str, Any]:
         """The module's weights: gathered whole on rank 0 (``"full"``; the other ranks get ``{}``), or this
         rank's shards (``"sharded"``). Every rank must call it (gathering is collective)."""
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
@@ -355,12 +372,13 @@ class ShardedStrategy(ParallelStrategy):
         state = get_optimizer_state_dict(module, optimizer, options=self._options(full))
         return distributed_checkpoint.optimizer_state_by_position(state) if full else state
 
-    def load_model_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
+    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict
         from torch.distributed.tensor import DTensor
 
         module = self._lightning_module
         assert module is not None
+        state_dict = checkpoint["state_dict"]
         if self._sharded_root is None:
             module.load_state_dict(state_dict, strict=strict)
             return
@@ -389,7 +407,7 @@ class ShardedStrategy(ParallelStrategy):
         if self.state_dict_type == "full":
             path = os.fspath(filepath)
             if self.is_global_zero and os.path.isdir(path):  # a sharded checkpoint of the same name
-                distributed_checkpoint.remove(path)
+                _remove_checkpoint(path)
             super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
             return
         if str(filepath).endswith(".safetensors"):
@@ -467,10 +485,10 @@ class ShardedStrategy(ParallelStrategy):
             io.wait()  # a sharded save still being written is read once complete
         module = self._lightning_module
         path = os.fspath(checkpoint_path)
-        if not distributed_checkpoint.is_sharded_checkpoint(path) or self._sharded_root is None:
+        if not _is_sharded_checkpoint(path) or self._sharded_root is None:
             return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
         assert module is not None
-        checkpoint = dict(distributed_checkpoint.read_meta(path))
+        checkpoint = dict(distributed_checkpoint.read_meta(path, weights_only=weights_only))
         state = get_model_state_dict(module)
         distributed_checkpoint.load_sharded({distributed_checkpoint.MODEL_KEY: state}, path)
         checkpoint["state_dict"] = state
@@ -486,14 +504,14 @@ class ShardedStrategy(ParallelStrategy):
             io.run_in_background(lambda: self._remove_now(io, filepath), filepath, removal=True)
             return
         if self.is_global_zero and os.path.isdir(os.fspath(filepath)):
-            distributed_checkpoint.remove(filepath)
+            _remove_checkpoint(filepath)
             return
         super().remove_checkpoint(filepath)
 
     @staticmethod
     def _remove_now(io: AsyncCheckpointIO, filepath: Any) -> None:
         if os.path.isdir(os.fspath(filepath)):
-            distributed_checkpoint.remove(filepath)
+            _remove_checkpoint(filepath)
         else:  # a file checkpoint of an earlier state_dict_type="full" run
             io.checkpoint_io.remove_checkpoint(filepath)
 
@@ -572,6 +590,40 @@ class FSDPStrategy(ShardedStrategy):
         self._mesh_request = device_mesh
         self.kwargs = _check_keywords(kwargs)
 
+    # the names register_strategies added (Lightning's record, shared by the class)
+    _registered_strategies: list[str] = []
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Lightning's names for FSDP: ``"fsdp"`` and ``"fsdp_cpu_offload"``."""
+        if not dist.is_available():
+            return
+        strategy_registry.register("fsdp", cls, description="Fully Sharded Data Parallel (FSDP) training")
+        cls._registered_strategies.append("fsdp")
+        strategy_registry.register(
+            "fsdp_cpu_offload", cls, cpu_offload=True,
+            description="Fully Sharded Data Parallel (FSDP) training with Full Sharding and CPU Offloading",
+        )  # fmt: skip
+        cls._registered_strategies.append("fsdp_cpu_offload")
+
+    @classmethod
+    def get_registered_strategies(cls) -> list[str]:
+        """The names :meth:`register_strategies` registered so far."""
+        return cls._registered_strategies
+
+    @property
+    def mixed_precision_config(self) -> Any:
+        """The mixed precision the shards compute in: ``mixed_precision`` as given, else that of an
+        ``FSDPPrecision`` plugin (torch's ``MixedPrecision``), else None."""
+        if self.mixed_precision:
+            return self.mixed_precision
+        plugin = self.precision_plugin
+        from fulmen.plugins.precision.fsdp import FSDPPrecision  # the plugins package loads on first use
+
+        if isinstance(plugin, FSDPPrecision):
+            return plugin.mixed_precision_config
+        return None
+
     def _build_mesh(self) -> DeviceMesh:
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -646,10 +698,16 @@ def _offload_wanted(value: Any) -> bool:
 
 def _checkpointing_policy(classes: Any, policy: Any) -> Any:
     """A tuple of layer classes or a policy callable (None: no activation checkpointing)."""
-    if classes is not None and policy is not None:
-        raise MisconfigurationException(
+    if classes is not None and policy is not None:  # a ValueError in Lightning: both classes catch it
+        raise InvalidValueError(
             "FSDPStrategy got both activation_checkpointing and activation_checkpointing_policy: pass only "
             "activation_checkpointing_policy (a set of layer classes or a policy callable)."
+        )
+    if classes is not None:  # the older argument, deprecated in Lightning's words
+        listed = set(classes) if isinstance(classes, list) else {classes}
+        rank_zero_deprecation(
+            f"`FSDPStrategy(activation_checkpointing={classes})` is deprecated, use "
+            f"`FSDPStrategy(activation_checkpointing_policy={listed})` instead."
         )
     chosen = policy if policy is not None else classes
     if chosen is None:
@@ -771,3 +829,12 @@ def _materialise(module: nn.Module, device: torch.device) -> None:
 
 def _parameter_names(module: nn.Module) -> dict[int, str]:
     return {id(p): name for name, p in module.named_parameters()}
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "CheckpointIO": "fulmen.plugins.io.checkpoint_plugin.CheckpointIO",
+    "ClusterEnvironment": "fulmen.plugins.environments.ClusterEnvironment",
+    "FSDPPrecision": "fulmen.plugins.precision.fsdp.FSDPPrecision",
+    "TrainerFn": "fulmen.runtime.state.TrainerFn",
+})  # fmt: skip

@@ -15,9 +15,16 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from fulmen.accelerators import Accelerator
+from fulmen.core.optimizer import LightningOptimizer as LightningOptimizer
 from fulmen.precision import Precision
 from fulmen.strategies.fsdp import ShardedStrategy
+from fulmen.strategies.parallel import ParallelStrategy as ParallelStrategy
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.model_helpers import is_overridden as is_overridden
+from fulmen.utilities.rank_zero import rank_zero_only as rank_zero_only
+from fulmen.utilities.rank_zero import rank_zero_only as utils_rank_zero_only  # noqa: F401  (Lightning's name)
+from fulmen.utilities.seed import reset_seed as reset_seed
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -105,3 +112,9 @@ class ModelParallelStrategy(ShardedStrategy):
                 "self.device_mesh['tensor_parallel'] and `fully_shard(...)` over self.device_mesh['data_parallel']."
             )
         super().setup(trainer)
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "TrainerFn": "fulmen.runtime.state.TrainerFn",
+})  # fmt: skip

@@ -33,6 +33,7 @@ from fulmen.strategies.launchers.subprocess_script import (
 )
 from fulmen.strategies.strategy import Strategy
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_only
 from fulmen.utilities.seed import reset_seed
 
@@ -128,19 +129,42 @@ class ParallelStrategy(Strategy):
     ) -> None:
         super().__init__(accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin)
         self.cluster_plugin = cluster_environment
-        self.process_group_backend = process_group_backend
+        self._process_group_backend = process_group_backend
         self.timeout = timeout
         # how long this process may make no progress before the hang watchdog ends it (utilities/watchdog.py)
         self.hang_timeout: timedelta | None = hang_timeout_from_env()
         self.in_collective: str | None = None  # the collective this process is inside (for the hang report)
         self.collectives_done = 0
-        self.num_nodes = 1
+        self._num_nodes = 1
         # this node's devices, one per local rank; given here, they win over the Trainer's devices
         self._given_devices = list(parallel_devices) if parallel_devices is not None else None
-        self.parallel_devices: list[torch.device] = list(self._given_devices or [])
+        self._parallel_devices: list[torch.device] = list(self._given_devices or [])
         self._devices = max(1, len(self.parallel_devices))  # processes per node, from the Trainer's devices
         self._launch = False  # this process starts the other local ranks when the run starts
         self._cluster: ClusterLayout | None = None  # read from the launcher's environment
+
+    @property
+    def parallel_devices(self) -> list[torch.device]:
+        """This node's devices, one per process (the Trainer's ``devices`` unless given to the strategy)."""
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, parallel_devices: list[torch.device]) -> None:
+        self._parallel_devices = parallel_devices
+
+    @property
+    def num_nodes(self) -> int:
+        """The machines the run spans (the Trainer's ``num_nodes``)."""
+        return self._num_nodes
+
+    @num_nodes.setter
+    def num_nodes(self, num_nodes: int) -> None:
+        self._num_nodes = num_nodes
+
+    @property
+    def process_group_backend(self) -> str | None:
+        """The process group's backend: the one given (None: chosen at set-up), then the one in use."""
+        return self._process_group_backend
 
     # -- ranks (from the launcher's environment) ---------------------------------------------------------
     @property
@@ -238,10 +262,6 @@ class ParallelStrategy(Strategy):
                 f"strategy={self.strategy_name!r} found no launcher environment (RANK, WORLD_SIZE, ... or SLURM_PROCID, ...) when "
                 "the run started. Launch with torchrun or srun, or let fulmen start the processes (devices>1)."
             )
-        # init_process_group's env:// rendezvous reads these; SLURM does not set them
-        os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
-        if cluster.master_port is not None:
-            os.environ.setdefault("MASTER_PORT", str(cluster.master_port))
         hardware = accelerator_name(self.accelerator) if self.accelerator is not None else "cpu"
         if hardware == "cuda":
             # local rank i trains on the i-th device the Trainer was given (devices=[2, 3]: cuda:2 and cuda:3)
@@ -251,7 +271,22 @@ class ParallelStrategy(Strategy):
             torch.cuda.set_device(self._root_device)
         else:
             self._root_device = torch.device("cpu")
-        backend = self.process_group_backend or ("nccl" if hardware == "cuda" else "gloo")
+        self.setup_distributed()
+        super().setup_environment()
+
+    def setup_distributed(self) -> None:
+        """Join the process group (NCCL on GPUs, gloo elsewhere, unless ``process_group_backend`` names one), with
+        the ranks the launcher's environment gave (read by ``setup_environment``), then :meth:`set_world_ranks`;
+        every process then starts from ``seed_everything``'s seed again."""
+        cluster = self._cluster
+        assert cluster is not None, "setup_environment reads the launcher's environment first"
+        launcher = self._launcher
+        # init_process_group's env:// rendezvous reads these; SLURM does not set them
+        os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
+        if cluster.master_port is not None:
+            os.environ.setdefault("MASTER_PORT", str(cluster.master_port))
+        backend = self.process_group_backend or ("nccl" if self._root_device.type == "cuda" else "gloo")
+        self._process_group_backend = backend
         if not dist.is_initialized():
             started = launcher.procs if isinstance(launcher, _SubprocessScriptLauncher) else []
             with ending_if_a_child_dies(started):
@@ -262,11 +297,21 @@ class ParallelStrategy(Strategy):
             # torch asks for the group to be destroyed before the process ends: left to interpreter shutdown,
             # its threads were once torn down in an order that aborted the process (SIGABRT) after a clean run
             atexit.register(_destroy_group)
-        rank_zero_only.rank = self.global_rank  # type: ignore[attr-defined]
+        self.set_world_ranks()
         # every process starts the run from seed_everything's seed, whatever it drew since (building the
         # model...), as Lightning's DDP does: seeded runs then match Lightning's, started processes included
         reset_seed()
-        super().setup_environment()
+
+    def set_world_ranks(self) -> None:
+        """Tell the cluster-environment plugin (when one was given) this process's global rank and the world
+        size, and make rank-zero-only output follow this rank."""
+        environment = self.cluster_plugin
+        if environment is not None:
+            for setter, value in (("set_global_rank", self.global_rank), ("set_world_size", self.world_size)):
+                method = getattr(environment, setter, None)
+                if callable(method):
+                    method(value)
+        rank_zero_only.rank = self.global_rank  # type: ignore[attr-defined]
 
     def _elastic_store(self) -> dist.Store | None:
         """Under torchrun's agent, the rendezvous store of this attempt, keyed by the restart count.
@@ -384,3 +429,11 @@ class ParallelStrategy(Strategy):
         dist.all_reduce(votes, op=dist.ReduceOp.SUM)
         count = int(votes.item())
         return count == self.world_size if all else count > 0
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "CheckpointIO": "fulmen.plugins.io.checkpoint_plugin.CheckpointIO",
+    "ClusterEnvironment": "fulmen.plugins.environments.ClusterEnvironment",
+    "LayerSync": "fulmen.plugins.layer_sync.LayerSync",
+})  # fmt: skip

@@ -21,14 +21,14 @@ from fulmen.strategies.fsdp import FSDPStrategy
 from fulmen.strategies.single_device import SingleDeviceStrategy
 from fulmen.strategies.single_xla import SingleDeviceXLAStrategy
 from fulmen.strategies.xla import XLAStrategy
+from fulmen.utilities.registry import _NameRegistry
 
 
-class _StrategyRegistry(dict):  # name -> entry, as Lightning's registry is a dict
+class _StrategyRegistry(_NameRegistry):  # name -> entry, as Lightning's registry is a dict
     """Strategy names and how to build each (a class and the keyword arguments it is called with)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._builtin: set[str] = set()
+    _kind = "strategy"
+    _entry_keys = ("strategy", "strategy_name", "init_params", "description")
 
     def register(
         self,
@@ -48,39 +48,10 @@ class _StrategyRegistry(dict):  # name -> entry, as Lightning's registry is a di
                 f"StrategyRegistry.register: {name!r} is already registered (as {self[name]['strategy'].__name__}). "
                 "Pass override=True to replace it, or choose another name."
             )
-
-        def add(cls: Callable[..., Any]) -> Callable[..., Any]:
-            self[name] = {"strategy": cls, "strategy_name": name, "init_params": init_params,
-                          "description": description if description is not None else ""}  # fmt: skip
-            self._builtin.discard(name)
-            return cls
-
-        return add(strategy) if strategy is not None else add
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """A new strategy built from ``name``'s entry; ``default`` (when given) for an unknown name, else a
-        ``KeyError`` listing the names."""
-        if name in self:
-            entry = self[name]
-            return entry["strategy"](**entry["init_params"])
-        if default is not None:
-            return default
-        raise KeyError(f"{name!r} not found in registry. Available names: {', '.join(sorted(self))}")
-
-    def remove(self, name: str) -> None:
-        self.pop(name)
-        self._builtin.discard(name)
+        return self._adder(name, strategy, description if description is not None else "", init_params)
 
     def available_strategies(self) -> list[str]:
         return list(self)
-
-    def is_user_entry(self, name: str) -> bool:
-        """Whether ``name`` was registered (or replaced) by a user rather than by fulmen."""
-        return name in self and name not in self._builtin
-
-    def _register_builtin(self, name: str, strategy: Callable[..., Any], description: str, **params: Any) -> None:
-        self.register(name, strategy, description, **params)
-        self._builtin.add(name)
 
     def __str__(self) -> str:
         return f"Registered Strategies: {', '.join(self)}"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fulmen.precision import Precision as Precision
 from fulmen.strategies.strategy import Strategy
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 
 if TYPE_CHECKING:
     from fulmen.accelerators import Accelerator
@@ -30,3 +32,13 @@ class SingleDeviceStrategy(Strategy):
         if isinstance(device, int):
             device = torch.device("cuda", device)
         self._root_device = torch.device(device)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        strategy_registry.register(cls.strategy_name, cls, description=cls.__name__)
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "CheckpointIO": "fulmen.plugins.io.checkpoint_plugin.CheckpointIO",
+})  # fmt: skip

@@ -10,8 +10,12 @@ import torch
 from torch.optim import Optimizer
 
 from fulmen.accelerators.xla import require_xla
+from fulmen.precision import Precision as Precision
 from fulmen.strategies.single_device import SingleDeviceStrategy
 from fulmen.utilities.imports import _XLA_AVAILABLE as _XLA_AVAILABLE
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.parameter_tying import find_shared_parameters as find_shared_parameters
+from fulmen.utilities.parameter_tying import set_shared_parameters as set_shared_parameters
 
 if TYPE_CHECKING:
     from fulmen.accelerators import Accelerator
@@ -23,8 +27,6 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
     """Train on XLA device ``device`` (an index, or a ``torch.device`` whose index is taken). ``debug``:
     torch_xla's debug output (``PT_XLA_DEBUG=1``)."""
 
-    strategy_name = "single_xla"
-
     def __init__(
         self,
         device: torch.device | str | int,
@@ -33,7 +35,7 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
         precision_plugin: Precision | None = None,
         debug: bool = False,
     ) -> None:
-        require_xla("SingleDeviceXLAStrategy (strategy='single_xla')")
+        require_xla("SingleDeviceXLAStrategy (strategy='single_xla')", available=_XLA_AVAILABLE)
         import torch_xla.core.xla_model as xm
 
         if isinstance(device, str):
@@ -51,11 +53,26 @@ class SingleDeviceXLAStrategy(SingleDeviceStrategy):
             os.environ["PT_XLA_DEBUG"] = "1"
         super().setup_environment()
 
-    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], **kwargs: Any) -> Any:
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        strategy_registry.register("single_xla", cls, description=cls.__name__)
+
+    def optimizer_step(
+        self, optimizer: Optimizer, closure: Callable[[], Any], model: torch.nn.Module | None = None, **kwargs: Any
+    ) -> Any:
         """The step, then ``mark_step``: XLA records operations lazily, and the graph of one step is compiled
         and run there (without it the graph would grow across steps)."""
-        output = super().optimizer_step(optimizer, closure, **kwargs)
+        output = super().optimizer_step(optimizer, closure, model, **kwargs)
         import torch_xla.core.xla_model as xm
 
         xm.mark_step()
         return output
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "CheckpointIO": "fulmen.plugins.io.checkpoint_plugin.CheckpointIO",
+    "TrainerFn": "fulmen.runtime.state.TrainerFn",
+    "XLACheckpointIO": "fulmen.plugins.io.xla_plugin.XLACheckpointIO",
+    "XLAPrecision": "fulmen.plugins.precision.xla.XLAPrecision",
+})  # fmt: skip

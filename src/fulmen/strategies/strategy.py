@@ -6,7 +6,7 @@ The loops ask the strategy; they never branch on which strategy is in use.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -23,6 +23,7 @@ from fulmen.utilities import distributed_checkpoint
 from fulmen.utilities.apply_func import move_data_to_device
 from fulmen.utilities.checkpoint_io import link_through, raise_failed_save_of
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -38,9 +39,12 @@ class _StepPlan(NamedTuple):
     generation: int
     default_transfer: bool  # no batch-transfer hook overridden
     keeps_inputs: bool  # the precision leaves inputs as they are
-    plain_forward: bool  # the precision has no forward context to enter
-    inline_backward: bool  # on_before_backward / backward / on_after_backward at their defaults
+    plain_forward: bool  # no context to enter for training_step, and no model to redirect it through
+    inline_backward: bool  # on_before_backward / backward / on_after_backward and the precision's at their defaults
     plain_backward: bool  # the precision does not scale the loss
+    strategy_pre_backward: bool  # the strategy's pre_backward / post_backward do something (a subclass's)
+    strategy_post_backward: bool
+    own_precision_step: bool  # the precision's optimizer_step is fulmen's (no subclass overrides it)
     nothing_after_closure: bool  # no hook and no clipping between backward and the step
 
 
@@ -60,16 +64,20 @@ class Strategy:
         checkpoint_io: CheckpointIO | None = None,
         precision_plugin: Precision | None = None,
     ) -> None:
-        self.accelerator = accelerator
+        self._accelerator = accelerator
         self._launcher: _Launcher | None = None  # how the run's processes start (None: this process only)
-        self.precision_plugin: Precision = precision_plugin or Precision()
+        self._plan: _StepPlan | None = None
+        self.precision_plugin = precision_plugin  # the setter: None is full precision
         self._checkpoint_io = checkpoint_io
         self._default_checkpoint_io: CheckpointIO | None = None
         # a cluster-environment plugin from Trainer(plugins=...): the launcher to read instead of detecting it
         self.cluster_plugin: Any = None
         self._lightning_module: LightningModule | None = None
         self._model: torch.nn.Module | None = None
-        self.optimizers: list[Optimizer] = []
+        # the wrapper a subclass itself puts around the module (DDP's): steps run through it its own way, while
+        # another model given through the ``model`` setter gets the steps redirected through its forward
+        self._strategy_wrapper: torch.nn.Module | None = None
+        self._optimizers: list[Optimizer] = []
         self._lightning_optimizers: list[LightningOptimizer] = []
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
         self.optimizer_frequencies: list[int] = []  # the 1.x optimizer 'frequency' keys
@@ -79,7 +87,6 @@ class Strategy:
         self._clip_val: int | float | None = None
         self._clip_algorithm: str | None = None
         self._layer_sync: LayerSync | None = None  # applied by multi-process strategies when fitting
-        self._plan: _StepPlan | None = None
 
     # -- properties ----------------------------------------------------------------------------------
     @property
@@ -92,7 +99,45 @@ class Strategy:
 
     @property
     def model(self) -> torch.nn.Module | None:
+        """The module the steps run through: the LightningModule, or what wraps it (DDP's wrapper, or a model a
+        subclass sets here, whose ``forward`` then runs the steps, as Lightning's forward redirection does)."""
         return self._model if self._model is not None else self._lightning_module
+
+    @model.setter
+    def model(self, new_model: torch.nn.Module | None) -> None:
+        self._model = new_model
+        self._plan = None  # how the steps run is decided again
+
+    @property
+    def accelerator(self) -> Accelerator | None:
+        return self._accelerator
+
+    @accelerator.setter
+    def accelerator(self, accelerator: Accelerator | None) -> None:
+        self._accelerator = accelerator
+
+    @property
+    def precision_plugin(self) -> Precision:
+        """How forward, backward and the optimizer steps run in the run's precision."""
+        return self._precision_plugin
+
+    @precision_plugin.setter
+    def precision_plugin(self, precision_plugin: Precision | None) -> None:
+        precision = precision_plugin if precision_plugin is not None else Precision()
+        precision._strategy = self
+        self._precision_plugin = precision
+        self._plan = None
+
+    @property
+    def optimizers(self) -> list[Optimizer]:
+        """The optimizers this strategy steps (what ``configure_optimizers`` returned)."""
+        return self._optimizers
+
+    @optimizers.setter
+    def optimizers(self, optimizers: list[Optimizer]) -> None:
+        """Step ``optimizers`` from now on (each wrapped in a ``LightningOptimizer`` that steps through here)."""
+        self._optimizers = optimizers if isinstance(optimizers, list) else list(optimizers)
+        self._lightning_optimizers = [LightningOptimizer._to_lightning_optimizer(o, self) for o in self._optimizers]
 
     @property
     def world_size(self) -> int:
@@ -176,6 +221,7 @@ class Strategy:
         already; ``sync_batchnorm``: a ``LayerSync``, or True for ``TorchSyncBatchNorm``)."""
         self._hooks = hooks
         self._plan = None
+        self._precision_plugin._strategy = self  # its hooks run in this run (a plugin may serve several trainers)
         self._clip_val = gradient_clip_val
         self._clip_algorithm = gradient_clip_algorithm
         if sync_batchnorm is True:
@@ -191,6 +237,13 @@ class Strategy:
             self.accelerator.setup(trainer)
         self.precision_plugin.convert_module(self._lightning_module)
         self.model_to_device()
+        self._setup_precision_unless_fitting(trainer)
+
+    def _setup_precision_unless_fitting(self, trainer: Any) -> None:
+        """``setup_precision_plugin`` at the end of ``setup`` for a stage without optimizers; fit connects the
+        precision once its optimizers exist (``setup_optimizers``)."""
+        if getattr(getattr(trainer, "state", None), "fn", None) != "fit":
+            self.setup_precision_plugin()
 
     def setup_optimizers(self, trainer: Any = None) -> None:
         """Optimizers and schedulers from the module's ``configure_optimizers`` (again when a tuner changed the
@@ -210,14 +263,30 @@ class Strategy:
         self.set_optimizers(optimizers)
         self.lr_scheduler_configs = configs
         self.optimizer_frequencies = frequencies
+        self.setup_precision_plugin()
 
     def set_optimizers(self, optimizers: list[Optimizer]) -> None:
         """Use ``optimizers`` (each wrapped in a ``LightningOptimizer`` that steps through this strategy)."""
         self.optimizers = list(optimizers)
-        self._lightning_optimizers = [LightningOptimizer._to_lightning_optimizer(o, self) for o in optimizers]
+
+    def setup_precision_plugin(self) -> None:
+        """Let the precision plugin see (and wrap) the model, optimizers and schedulers: ``Precision.connect``.
+        Called once the optimizers exist (``setup_optimizers``; ``setup`` for a stage without them)."""
+        model = self.model
+        assert model is not None
+        model, optimizers, lr_scheduler_configs = self.precision_plugin.connect(
+            model, self.optimizers, self.lr_scheduler_configs
+        )
+        if model is not self.model:
+            self.model = model
+        current = self._optimizers
+        if len(optimizers) != len(current) or any(a is not b for a, b in zip(optimizers, current)):
+            self.optimizers = optimizers
+        self.lr_scheduler_configs = lr_scheduler_configs
 
     def teardown(self) -> None:
         self._hooks = None
+        self.precision_plugin.teardown()
         if self.accelerator is not None:
             self.accelerator.teardown()  # e.g. CUDA: the cached memory goes back to the driver
         self.checkpoint_io.teardown()  # e.g. AsyncCheckpointIO: wait for the last saves, raise their errors
@@ -264,7 +333,7 @@ class Strategy:
         """The checkpoint at ``checkpoint_path`` as a dict; a sharded (FSDP) checkpoint directory is read whole
         into this process, as ``fulmen consolidate`` would write it (resharding N processes -> 1)."""
         if distributed_checkpoint.is_sharded_checkpoint(checkpoint_path):
-            return distributed_checkpoint.load_consolidated(checkpoint_path)
+            return distributed_checkpoint.load_consolidated(checkpoint_path, weights_only=weights_only)
         return self.checkpoint_io.load_checkpoint(checkpoint_path, map_location="cpu", weights_only=weights_only)
 
     @property
@@ -277,10 +346,27 @@ class Strategy:
         """What a checkpoint keeps of ``optimizer``."""
         return optimizer.state_dict()
 
-    def load_model_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
+    @property
+    def lightning_restore_optimizer(self) -> bool:
+        """Whether resuming restores the optimizers' states from the checkpoint (a strategy that restores them
+        itself returns False; the schedulers are restored either way)."""
+        return True
+
+    def lightning_module_state_dict(self) -> dict[str, Any]:
+        """The module's weights as a checkpoint's ``"state_dict"`` holds them."""
         module = self._lightning_module
         assert module is not None
-        module.load_state_dict(state_dict, strict=strict)
+        return module.state_dict()
+
+    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
+        """Load the weights of ``checkpoint`` (a checkpoint dict: its ``"state_dict"``) into the module."""
+        module = self._lightning_module
+        assert module is not None
+        module.load_state_dict(checkpoint["state_dict"], strict=strict)
+
+    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
+        """Load the optimizers' states of ``checkpoint`` (its ``"optimizer_states"``, in the optimizers' order)."""
+        self.load_optimizer_states(checkpoint["optimizer_states"], self.optimizers)
 
     def load_optimizer_states(self, states: list[Any], optimizers: list[Optimizer]) -> None:
         """Each optimizer's state from a checkpoint (the lists are of equal length, checked by the caller)."""
@@ -297,6 +383,12 @@ class Strategy:
             stack.enter_context(_SkipInit())
         return stack
 
+    @contextlib.contextmanager
+    def model_sharded_context(self) -> Generator[None, None, None]:
+        """Where ``configure_model`` (and the 1.x ``configure_sharded_model``) builds the layers: a strategy
+        that shards them as they are created enters its context here (nothing by default)."""
+        yield
+
     def remove_checkpoint(self, filepath: Any) -> None:
         if self.is_global_zero:
             self.checkpoint_io.remove_checkpoint(filepath)
@@ -312,6 +404,54 @@ class Strategy:
     def on_exception(self, exception: BaseException) -> None:
         """The run raised ``exception`` (not an interrupt); called before the callbacks hear of it."""
 
+    # -- Lightning's strategy hooks: the loops call them after the module's hook of the same name (the
+    # per-batch ones only when a subclass overrides them) ------------------------------------------------------
+    def on_train_start(self) -> None:
+        """Called when training begins."""
+
+    def on_validation_start(self) -> None:
+        """Called when a validation run begins."""
+
+    def on_test_start(self) -> None:
+        """Called when testing begins."""
+
+    def on_predict_start(self) -> None:
+        """Called when predicting begins."""
+
+    def on_train_end(self) -> None:
+        """Called when training ends."""
+
+    def on_validation_end(self) -> None:
+        """Called when a validation run ends."""
+
+    def on_test_end(self) -> None:
+        """Called when testing ends."""
+
+    def on_predict_end(self) -> None:
+        """Called when predicting ends."""
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Called in the training loop before anything happens for that batch (after the module's hook)."""
+
+    def pre_backward(self, closure_loss: Tensor) -> None:
+        """Called before the precision plugin runs backward."""
+
+    def post_backward(self, closure_loss: Tensor) -> None:
+        """Called after the precision plugin ran backward (``closure_loss`` detached)."""
+
+    def post_training_step(self) -> None:
+        """Called right after each ``training_step`` (Lightning keeps it, deprecated, for older strategies:
+        override :meth:`training_step` instead)."""
+
+    def process_dataloader(self, dataloader: object) -> object:
+        """The loader the loops iterate, from each loader of the run (after its distributed sampler is set):
+        a strategy may wrap it. The loader itself by default."""
+        return dataloader
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Add this class's names to ``strategy_registry`` (``StrategyRegistry``); nothing for the base class."""
+
     def prepare_for_tuning(self) -> None:
         """What a tuner run before fit needs set up (several processes: their process group)."""
 
@@ -326,13 +466,19 @@ class Strategy:
 
     def _step_plan(self, hooks: HookDispatcher) -> _StepPlan:
         precision = type(self.precision_plugin)
+        strategy = type(self)
         return _StepPlan(
             generation=hooks.generation,
             default_transfer=hooks.transfer_is_default(),
             keeps_inputs=precision.convert_input is Precision.convert_input,
-            plain_forward=precision.forward_context is Precision.forward_context,
-            inline_backward=hooks.defaults_only("on_before_backward", "backward", "on_after_backward"),
-            plain_backward=precision.pre_backward is Precision.pre_backward,
+            plain_forward=not _has_step_context(precision, "training_step") and self._redirect_target() is None,
+            inline_backward=hooks.defaults_only("on_before_backward", "backward", "on_after_backward")
+            and precision.pre_backward is Precision.pre_backward and precision.backward is Precision.backward
+            and precision.post_backward is Precision.post_backward,
+            plain_backward=precision._scale_loss is Precision._scale_loss,
+            strategy_pre_backward=strategy.pre_backward is not Strategy.pre_backward,
+            strategy_post_backward=strategy.post_backward is not Strategy.post_backward,
+            own_precision_step=precision.optimizer_step is Precision.optimizer_step,
             nothing_after_closure=not self._clip_val
             and hooks.defaults_only("on_before_optimizer_step", "configure_gradient_clipping"),
         )  # fmt: skip
@@ -353,14 +499,39 @@ class Strategy:
         return batch if plan.keeps_inputs else self.precision_plugin.convert_input(batch)
 
     # -- steps -----------------------------------------------------------------------------------------
-    def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    def _step_context(self, name: str) -> contextlib.AbstractContextManager[Any] | None:
+        """The precision's context step ``name`` runs in (``train_step_context`` ...), or None when it has none
+        to enter (neither that context nor ``forward_context`` overridden): no object per step then."""
+        precision = self.precision_plugin
+        if not _has_step_context(type(precision), name):
+            return None
+        manager: contextlib.AbstractContextManager[Any] = getattr(precision, _STEP_CONTEXTS[name])()
+        return manager
+
+    def _redirect_target(self) -> torch.nn.Module | None:
+        """A model set through :attr:`model` that wraps the module (not the strategy's own wrapper): the steps
+        then run through its ``forward``, as Lightning redirects them."""
+        model = self._model
+        if model is None or model is self._lightning_module or model is self._strategy_wrapper:
+            return None
+        return model
+
+    def _call_step(self, name: str, *args: Any, **kwargs: Any) -> Any:
         hooks = self._hooks
         assert hooks is not None
-        precision = self.precision_plugin
-        if type(precision).forward_context is Precision.forward_context:  # nothing to enter, every batch
+        wrapper = self._redirect_target()
+        if wrapper is None:
             return hooks.call_module(name, *args, **kwargs)
-        with precision.forward_context():
-            return hooks.call_module(name, *args, **kwargs)
+        module = self._lightning_module
+        assert module is not None
+        return _redirect(wrapper, module, lambda *a, **k: hooks.call_module(name, *a, **k), *args, **kwargs)
+
+    def _step(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        context = self._step_context(name)
+        if context is None:  # nothing to enter, every batch
+            return self._call_step(name, *args, **kwargs)
+        with context:
+            return self._call_step(name, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         hooks = self._hooks
@@ -379,34 +550,60 @@ class Strategy:
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         return self._step("predict_step", *args, **kwargs)
 
-    def backward(self, loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
-        """on_before_backward → module.backward (scaled loss) → on_after_backward."""
+    def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
+        """Back-propagate ``closure_loss``: :meth:`pre_backward`, then the precision plugin's ``pre_backward``
+        (the loss scaled where the precision scales it; ``on_before_backward``), ``backward`` (the module's
+        ``backward`` hook, with ``args`` / ``kwargs``) and ``post_backward`` (``on_after_backward``), then
+        :meth:`post_backward`. Returns the loss back-propagated (detached, as ``post_backward`` returns it)."""
         hooks = self._hooks
         assert hooks is not None
         plan = self._current_plan(hooks)
         if plan.inline_backward and not args and not kwargs:  # the default hooks, inline
-            (loss if plan.plain_backward else self.precision_plugin.pre_backward(loss)).backward()
-            return loss
-        hooks.call_callbacks("on_before_backward", loss)
-        hooks.call_module("on_before_backward", loss)
-        scaled = self.precision_plugin.pre_backward(loss)
+            if plan.strategy_pre_backward:
+                self.pre_backward(closure_loss)
+            if not plan.plain_backward:
+                closure_loss = self.precision_plugin._scale_loss(closure_loss)
+            closure_loss.backward()
+            if plan.strategy_post_backward:
+                closure_loss = closure_loss.detach()
+                self.post_backward(closure_loss)
+            return closure_loss  # not detached when nothing reads it here: a step's allocation saved
+        self.pre_backward(closure_loss)
+        precision = self.precision_plugin
+        module = self._lightning_module
+        closure_loss = precision.pre_backward(closure_loss, module)
+        precision.backward(closure_loss, module, optimizer, *args, **kwargs)
+        closure_loss = precision.post_backward(closure_loss, module)
+        self.post_backward(closure_loss)
+        return closure_loss
+
+    def _module_backward(self, tensor: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> None:
+        """The module's ``backward`` hook through the dispatcher (``Precision.backward`` calls it)."""
+        hooks = self._hooks
+        assert hooks is not None
         if hooks.module_takes_optimizer_idx("backward"):  # 1.x: backward(loss, optimizer, optimizer_idx)
             idx = self.optimizer_index(optimizer) if optimizer is not None else None
-            hooks.call_module("backward", scaled, optimizer, idx, *args, **kwargs)
+            hooks.call_module("backward", tensor, optimizer, idx, *args, **kwargs)
         else:
-            hooks.call_module("backward", scaled, *args, **kwargs)
-        hooks.call_callbacks("on_after_backward")
-        hooks.call_module("on_after_backward")
-        return loss
+            hooks.call_module("backward", tensor, *args, **kwargs)
 
-    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], **kwargs: Any) -> Any:
+    def optimizer_step(
+        self, optimizer: Optimizer, closure: Callable[[], Any], model: torch.nn.Module | None = None, **kwargs: Any
+    ) -> Any:
+        """Step ``optimizer`` through the precision plugin: ``closure`` (training_step, backward), then
+        ``on_before_optimizer_step`` and gradient clipping, then the step. ``model``: the module whose hooks
+        run (this strategy's by default); ``kwargs``: ``optimizer.step``'s."""
         hooks = self._hooks
-        after: Callable[[Optimizer], None] | None = self._after_closure
+        precision = self.precision_plugin
         if hooks is None:
-            after = None
-        elif self._current_plan(hooks).nothing_after_closure:
-            after = None  # no hook to call and nothing to clip between backward and the step
-        return self.precision_plugin.optimizer_step(optimizer, closure, after, **kwargs)
+            return precision._optimizer_step(optimizer, closure, None, **kwargs)
+        plan = self._current_plan(hooks)
+        if not plan.own_precision_step:  # a subclass's optimizer_step: called as Lightning calls it
+            model = model if model is not None else self._lightning_module
+            return precision.optimizer_step(optimizer, model=model, closure=closure, **kwargs)
+        # no hook to call and nothing to clip between backward and the step: nothing after the closure
+        after = None if plan.nothing_after_closure else self._after_closure
+        return precision._optimizer_step(optimizer, closure, after, **kwargs)
 
     def _after_closure(self, optimizer: Optimizer) -> None:
         """Runs between the closure (backward done) and the step: hooks, then clipping."""
@@ -425,7 +622,9 @@ class Strategy:
         if hooks.defaults_only("configure_gradient_clipping"):
             # the default hook, inline: the Trainer validated the clipping flags once
             if self._clip_val:
-                self.precision_plugin.clip_gradients(optimizer, self._clip_val, self._clip_algorithm or "norm")
+                self.precision_plugin.clip_gradients(
+                    optimizer, clip_val=self._clip_val, gradient_clip_algorithm=self._clip_algorithm or "norm"
+                )
         else:
             hooks.call_module_idx(
                 "configure_gradient_clipping",
@@ -472,11 +671,48 @@ class Strategy:
         return _NO_SYNC_TO_BLOCK
 
     def state_dict(self) -> dict[str, Any]:
-        module = self._lightning_module
-        return module.state_dict() if module is not None else {}
+        """The module's weights (:meth:`lightning_module_state_dict`), ``{}`` before a module is connected."""
+        return self.lightning_module_state_dict() if self._lightning_module is not None else {}
 
 
 _NO_SYNC_TO_BLOCK = contextlib.nullcontext()
+
+# the precision's context each step runs in
+_STEP_CONTEXTS = {"training_step": "train_step_context", "validation_step": "val_step_context",
+                  "test_step": "test_step_context", "predict_step": "predict_step_context"}  # fmt: skip
+
+
+def _has_step_context(precision: type[Precision], name: str) -> bool:
+    """Whether the precision class has a context to enter for step ``name`` (its own step context, or a
+    ``forward_context`` the default step context enters)."""
+    context = _STEP_CONTEXTS[name]
+    return not (
+        precision.forward_context is Precision.forward_context and getattr(precision, context) is getattr(Precision, context)
+    )
+
+
+def _redirect(wrapper: torch.nn.Module, module: torch.nn.Module, step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``step(*args, **kwargs)`` through ``wrapper``'s forward (Lightning's forward redirection): the
+    module's ``forward`` is replaced for one call by one that puts it back and runs the step, so whatever the
+    wrapper does around its inner module's forward (a compiled graph, hooks ...) happens around the step."""
+    state = module.__dict__
+    own = state.get("forward")  # an instance's own forward (usually none: the class's)
+
+    def restore() -> None:
+        if own is None:
+            state.pop("forward", None)
+        else:
+            state["forward"] = own
+
+    def forward(*inner_args: Any, **inner_kwargs: Any) -> Any:
+        restore()  # the step may call the real forward
+        return step(*inner_args, **inner_kwargs)
+
+    state["forward"] = forward
+    try:
+        return wrapper(*args, **kwargs)
+    finally:
+        restore()
 
 
 class _SkipInit(TorchFunctionMode):
@@ -487,3 +723,11 @@ class _SkipInit(TorchFunctionMode):
         if getattr(func, "__module__", None) == "torch.nn.init":
             return args[0] if args else kwargs.get("tensor")
         return func(*args, **(kwargs or {}))
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "CheckpointIO": "fulmen.plugins.io.checkpoint_plugin.CheckpointIO",
+    "TorchCheckpointIO": "fulmen.plugins.io.torch_plugin.TorchCheckpointIO",
+    "TrainerFn": "fulmen.runtime.state.TrainerFn",
+})  # fmt: skip

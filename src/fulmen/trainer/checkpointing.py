@@ -7,14 +7,11 @@ The fit loop's part (Lightning's progress counters plus fulmen's exact-resume st
 
 from __future__ import annotations
 
-import enum
 import os
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from fulmen.core.saving import HPARAMS_LEFT_OUT_SUFFIX
 from fulmen.loops import resume
+from fulmen.runtime.state import TrainerFn
 from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import LIGHTNING_VERSION
@@ -25,38 +22,6 @@ if TYPE_CHECKING:
 
 CHECKPOINT_VERSION_KEY = "pytorch-lightning_version"
 FORMAT_VERSION = LIGHTNING_VERSION  # Lightning reads the version key to migrate old files
-
-
-# -- hyperparameters as primitives ---------------------------------------------------------------------------
-def to_primitive(value: Any) -> Any:
-    """Hyperparameters as plain data (what ``weights_only`` loading can rebuild): no classes, no callables."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, enum.Enum):
-        return to_primitive(value.value)
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, dict):
-        return {str(k): to_primitive(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        items = [to_primitive(v) for v in value]
-        return items if isinstance(value, list | set | frozenset) else tuple(items)
-    if isinstance(value, torch.dtype | torch.device):
-        return str(value)
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().clone()
-    return repr(value)
-
-
-def is_plain(value: Any) -> bool:
-    """Whether ``to_primitive`` keeps ``value`` as it is (up to containers and enums), rather than its repr."""
-    if value is None or isinstance(value, bool | int | float | str | enum.Enum | os.PathLike):
-        return True
-    if isinstance(value, dict):
-        return all(is_plain(v) for v in value.values())
-    if isinstance(value, list | tuple | set | frozenset):
-        return all(is_plain(v) for v in value)
-    return isinstance(value, torch.dtype | torch.device | torch.Tensor)
 
 
 # -- the checkpoint dict ------------------------------------------------------------------------------------
@@ -70,7 +35,7 @@ def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, A
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
         CHECKPOINT_VERSION_KEY: FORMAT_VERSION,
-        "state_dict": trainer.strategy.state_dict(),
+        "state_dict": trainer.strategy.lightning_module_state_dict(),
         "loops": resume.loops_state_dict(trainer.fit_loop),
     }
     if not weights_only:
@@ -108,14 +73,11 @@ def _store_hparams(checkpoint: dict[str, Any], obj: Any) -> None:
     if not hparams:
         return
     checkpoint[obj.CHECKPOINT_HYPER_PARAMS_NAME] = getattr(obj, "_hparams_name", None) or "kwargs"
-    # objects (modules, functions, ...) would need pickled code to come back: they are left out and named,
-    # so that load_from_checkpoint can ask for them instead of passing their repr to __init__
-    left_out = sorted(str(k) for k, v in dict(hparams).items() if not is_plain(v))
-    checkpoint[obj.CHECKPOINT_HYPER_PARAMS_KEY] = {
-        k: to_primitive(v) for k, v in dict(hparams).items() if str(k) not in left_out
-    }
-    if left_out:
-        checkpoint[obj.CHECKPOINT_HYPER_PARAMS_KEY + HPARAMS_LEFT_OUT_SUFFIX] = left_out
+    # the values themselves, as Lightning stores them: an object among them (a module, a function, a class, an
+    # enum ...) is pickled, so that load_from_checkpoint rebuilds the model that was saved. Loading such a file
+    # then needs the caller's trust (weights_only=False, or its classes in torch's allow-list): without it the
+    # load is refused, never completed with other values (paths are on fulmen's own allow-list: no trust needed)
+    checkpoint[obj.CHECKPOINT_HYPER_PARAMS_KEY] = dict(hparams)
 
 
 def save_checkpoint(
@@ -128,6 +90,37 @@ def save_checkpoint(
 
 
 # -- restoring ----------------------------------------------------------------------------------------------
+def select_ckpt_path(trainer: Trainer, ckpt_path: Any) -> Any:
+    """``ckpt_path`` as passed to a stage, or the one set with ``trainer.ckpt_path = ...``: a path passed wins
+    (with a warning) and ends the one set, as in Lightning."""
+    managed = trainer._managed_ckpt_path
+    if not managed:
+        return ckpt_path
+    if ckpt_path:
+        rank_zero_warn(
+            f"`trainer.ckpt_path = {managed!r}` was called but then you"
+            f" passed `trainer.fit(ckpt_path={ckpt_path!r})`. The latter will be loaded."
+        )
+        trainer._managed_ckpt_path = None
+        return ckpt_path
+    return managed
+
+
+def eval_ckpt_path(trainer: Trainer, model: Any, ckpt_path: Any) -> Any:
+    """The checkpoint validate / test / predict load: ``ckpt_path``, or the one ``trainer.ckpt_path`` was set
+    to; without either and without a model after a fit, the best checkpoint of that fit (as documented)."""
+    ckpt_path = select_ckpt_path(trainer, ckpt_path)
+    if ckpt_path is not None or model is not None:
+        return ckpt_path
+    cb = trainer.checkpoint_callback
+    if cb is not None and getattr(cb, "best_model_path", None):
+        rank_zero_warn("No model nor ckpt_path given. The best model of the previous `fit` call will be used.")
+        return "best"
+    if trainer.lightning_module is not None and trainer.state.fn == TrainerFn.FITTING:
+        rank_zero_warn("No checkpoint of the last fit is known: the model's current weights are used.")
+    return None
+
+
 def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
     """``"last"``, ``"best"`` or a path -> a file path (``None``: start from scratch)."""
     if ckpt_path is None:
@@ -189,7 +182,7 @@ def restore_module_and_callbacks(
     hooks.call_module("on_load_checkpoint", checkpoint)
     if "state_dict" not in checkpoint:
         raise KeyError("The checkpoint has no 'state_dict' key: it is not a model checkpoint.")
-    trainer.strategy.load_model_state_dict(checkpoint["state_dict"], strict=getattr(module, "strict_loading", True))
+    trainer.strategy.load_model_state_dict(checkpoint, strict=getattr(module, "strict_loading", True))
     if not callbacks:
         return
     hooks.call_callbacks("on_load_checkpoint", checkpoint)
@@ -221,13 +214,15 @@ def _check_counts(ckpt_path: str, what: str, states: list[Any], targets: list[An
 
 def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], ckpt_path: str) -> None:
     """Optimizers, schedulers, precision and loop position (after ``configure_optimizers``)."""
-    if "optimizer_states" not in checkpoint:
-        raise KeyError(
-            f"{ckpt_path!r} holds no optimizer states (saved with weights_only=True?): it cannot resume "
-            "training. Load the weights with Model.load_from_checkpoint() and start a new fit() instead."
-        )
-    _check_counts(ckpt_path, "optimizer", checkpoint["optimizer_states"], trainer.optimizers)
-    trainer.strategy.load_optimizer_states(checkpoint["optimizer_states"], trainer.optimizers)
+    strategy = trainer.strategy
+    if strategy.lightning_restore_optimizer:  # False: the strategy restores them itself
+        if "optimizer_states" not in checkpoint:
+            raise KeyError(
+                f"{ckpt_path!r} holds no optimizer states (saved with weights_only=True?): it cannot resume "
+                "training. Load the weights with Model.load_from_checkpoint() and start a new fit() instead."
+            )
+        _check_counts(ckpt_path, "optimizer", checkpoint["optimizer_states"], trainer.optimizers)
+        strategy.load_optimizer_state_dict(checkpoint)
     schedulers = [cfg.scheduler for cfg in trainer.lr_scheduler_configs]
     _check_counts(ckpt_path, "LR scheduler", checkpoint.get("lr_schedulers", []), schedulers)
     for scheduler, state in zip(schedulers, checkpoint.get("lr_schedulers", [])):

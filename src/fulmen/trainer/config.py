@@ -191,8 +191,9 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
     accumulate = a["accumulate_grad_batches"]
     if isinstance(accumulate, dict):  # the 1.x spelling of a GradientAccumulationScheduler
         schedule, accumulate = dict(accumulate), 1
-    _check_int("accumulate_grad_batches", accumulate, minimum=1, hint=(
-        ", or a dict {epoch: factor} for a schedule (see the GradientAccumulationScheduler callback)"))  # fmt: skip
+    hint = ", or a dict {epoch: factor} for a schedule (see the GradientAccumulationScheduler callback)"
+    # 0 is taken, as by Lightning: validate / test / predict run, and fit refuses it at its first training batch
+    _check_int("accumulate_grad_batches", accumulate, minimum=0, hint=hint)
     loop = _parse_loop(a)
     logger, checkpointing, progress_bar, summary = (
         a["logger"], a["enable_checkpointing"], a["enable_progress_bar"], a["enable_model_summary"]
@@ -261,12 +262,14 @@ def parse_flags(arguments: dict[str, Any]) -> TrainerConfig:
 
 
 # -- the loop flags --------------------------------------------------------------------------------------
-def _check_int(name: str, value: Any, minimum: int = 0, allow_none: bool = False, hint: str = "") -> None:
+def _check_int(name: str, value: Any, minimum: int | None = 0, allow_none: bool = False, hint: str = "") -> None:
+    """``value`` is an int (``minimum`` None: of any sign, as Lightning takes ``min_epochs=-1``)."""
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(f"`{name}` should be an integer: got {name}={value!r}; use an int >= {minimum}{hint}.")
-    if value < minimum:
+        use = "an int" if minimum is None else f"an int >= {minimum}"
+        raise InvalidTypeError(f"`{name}` should be an integer: got {name}={value!r}; use {use}{hint}.")
+    if minimum is not None and value < minimum:
         what = "a non-negative integer or -1" if minimum == -1 else f"an int >= {minimum}"
         raise InvalidValueError(f"`{name}` must be {what}: got {name}={value!r}{hint}.")
 
@@ -316,16 +319,15 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
     _check_int("max_steps", max_steps, minimum=-1, hint=" (-1 means no limit)")
     _check_int("max_epochs", max_epochs, minimum=-1, allow_none=True, hint=" (-1 means no limit)")
     min_epochs, min_steps = a["min_epochs"], a["min_steps"]
-    _check_int("min_epochs", min_epochs, allow_none=True)
-    _check_int("min_steps", min_steps, allow_none=True)
+    # any int, as in Lightning: a negative minimum is no minimum, and max_epochs wins over a larger min_epochs
+    _check_int("min_epochs", min_epochs, minimum=None, allow_none=True)
+    _check_int("min_steps", min_steps, minimum=None, allow_none=True)
     parsed_time = parse_time(a["max_time"])
     if max_epochs is None:
         if max_steps == -1 and parsed_time is None and not fast_dev_run:
             max_epochs = _DEFAULT_MAX_EPOCHS  # fit says so (TrainerConfig.max_epochs_defaulted)
         else:
             max_epochs = -1
-    if min_epochs is not None and max_epochs != -1 and min_epochs > max_epochs:
-        raise MisconfigurationException(f"min_epochs={min_epochs!r} is larger than max_epochs={max_epochs!r}.")
 
     every = a["check_val_every_n_epoch"]
     _check_int("check_val_every_n_epoch", every, minimum=1, allow_none=True)
@@ -348,12 +350,12 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
             "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`. A fraction "
             f"of an epoch (val_check_interval={vci!r}) needs epochs to count in."
         )
-    elif isinstance(vci, float) and not 0.0 < vci <= 1.0:
+    elif isinstance(vci, float) and not 0.0 <= vci <= 1.0:  # 0.0: after every batch, as in Lightning
         raise MisconfigurationException(
-            f"val_check_interval={vci!r} is out of range: a float must be in (0.0, 1.0] (a fraction of the "
+            f"val_check_interval={vci!r} is out of range: a float must be in [0.0, 1.0] (a fraction of the "
             "training epoch). For a number of batches pass an int."
         )
-    elif isinstance(vci, int) and vci < 1:
+    elif isinstance(vci, int) and vci < 0:  # 0 is taken, as by Lightning: fit refuses it once validation is due
         raise MisconfigurationException(f"val_check_interval={vci!r} must be >= 1 when it is an int (batches).")
     if a["val_check_interval"] is not None and vci == 1 and not isinstance(vci, datetime.timedelta):
         # 1 and 1.0 read alike but mean "every batch" and "every epoch": say which one was given
@@ -365,8 +367,8 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
         sanity: int | float = 2
     elif sanity_flag == -1:
         sanity = float("inf")
-    else:
-        _check_int("num_sanity_val_steps", sanity_flag)
+    else:  # any other negative int: no sanity check, as in Lightning
+        _check_int("num_sanity_val_steps", sanity_flag, minimum=None)
         sanity = sanity_flag
     log_every = a["log_every_n_steps"]
     if log_every is None:
@@ -380,14 +382,19 @@ def _parse_loop(a: dict[str, Any]) -> dict[str, Any]:
     reload_every = a["reload_dataloaders_every_n_epochs"]
     _check_int("reload_dataloaders_every_n_epochs", reload_every)
 
-    limits = {name: _limit(name, a[name]) for name in
-              ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")}  # fmt: skip
-    for name in (*limits, "overfit_batches"):
-        _say_whole_limit(name, a[name])
     overfit = _limit("overfit_batches", a["overfit_batches"] if a["overfit_batches"] is not None else 0.0)
+    # the limits that overfit_batches / fast_dev_run replace are not read, so not checked (as in Lightning)
+    replaced = {"limit_train_batches", "limit_val_batches"} if overfit > 0 else set()
+    if fast:
+        replaced |= {"limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"}
+    limits = {name: 1.0 if name in replaced else _limit(name, a[name]) for name in
+              ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")}  # fmt: skip
+    for name in (*(n for n in limits if n not in replaced), "overfit_batches"):
+        _say_whole_limit(name, a[name])
     if overfit > 0:
-        limits["limit_train_batches"] = overfit
-        limits["limit_val_batches"] = 0 if isinstance(overfit, int) else 0.0
+        # the same share of the training and of the validation data: the run still validates (on as many batches),
+        # so monitored metrics and checkpoints work while overfitting
+        limits["limit_train_batches"] = limits["limit_val_batches"] = overfit
     if fast:
         for key in limits:
             limits[key] = fast

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fulmen.accelerators import cuda as _cuda
 from fulmen.runtime.context import CheckpointRequest
 from fulmen.runtime.data import step_overridden
 from fulmen.runtime.hooks import training_step_takes_optimizer_idx
@@ -21,10 +22,11 @@ from fulmen.runtime.state import LoopPhase, RunningStage, TrainerFn, TrainerStat
 from fulmen.trainer import checkpointing
 from fulmen.trainer.connectors import attach_model_callbacks
 from fulmen.trainer.signals import SignalInterrupt, slurm_requeued
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import MisconfigurationException, UnsupportedSetupError
 from fulmen.utilities.migration import pl_legacy_patch
 from fulmen.utilities.migration.utils import _pl_migrate_checkpoint
-from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from fulmen.utilities.model_helpers import is_overridden
+from fulmen.utilities.rank_zero import rank_zero_deprecation, rank_zero_info, rank_zero_warn
 from fulmen.utilities.warnings import PossibleUserWarning
 from fulmen.utilities.watchdog import HangWatchdog
 
@@ -92,7 +94,7 @@ class StageRunner:
             raise
         if ckpt_path is None and fn == TrainerFn.FITTING:
             ckpt_path = _automatic_resume(context.callbacks)
-        context.checkpoint_request = CheckpointRequest(ckpt_path, weights_only is not False)
+        context.checkpoint_request = CheckpointRequest(ckpt_path, weights_only)
         if fn == TrainerFn.FITTING:
             self.signals.install()
         self._torn_down = set()
@@ -163,19 +165,20 @@ class StageRunner:
                         f" Remove `Trainer(accumulate_grad_batches={config.accumulate_grad_batches})`"
                         " or switch to automatic optimization."
                     )
-                if training_step_takes_optimizer_idx(model).named:
-                    raise MisconfigurationException(
+                if training_step_takes_optimizer_idx(model).named:  # a RuntimeError in Lightning: both catch it
+                    raise UnsupportedSetupError(
                         f"{name}.training_step takes `optimizer_idx`, which is passed only under automatic "
                         "optimization. With `automatic_optimization = False`, remove the argument and get the "
                         "optimizers with `opt1, opt2 = self.optimizers()`."
                     )
+            # Lightning's words and classes, so that filters and searches written for them match
             if data.has_source("val") and not step_overridden(model, "val"):
-                rank_zero_warn(
-                    "Validation data was given but the module has no `validation_step()`: validation is skipped."
-                )
+                rank_zero_warn("You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.")
             elif step_overridden(model, "val") and not data.has_source("val"):
-                # Lightning's words, so that filters and searches written for them match
-                rank_zero_warn("You defined a `validation_step` but have no `val_dataloader`. Skipping val loop.")
+                rank_zero_warn(
+                    "You defined a `validation_step` but have no `val_dataloader`. Skipping val loop.",
+                    category=PossibleUserWarning,
+                )
         elif fn == TrainerFn.VALIDATING and not step_overridden(model, "val"):
             raise MisconfigurationException(f"trainer.validate() needs `validation_step()` in {name}.")
         elif fn == TrainerFn.TESTING and not step_overridden(model, "test"):
@@ -184,6 +187,19 @@ class StageRunner:
             raise MisconfigurationException(
                 "No predict data: pass `dataloaders` to trainer.predict(), give a datamodule with "
                 "`predict_dataloader()`, or implement `predict_dataloader()`."
+            )
+        # the 1.x hook, still called (before configure_model) when the class defines it (not for a wrapper of the
+        # default), as Lightning calls it
+        if is_overridden("configure_sharded_model", model):
+            if hooks.module_overrides("configure_model"):
+                raise UnsupportedSetupError(
+                    f"Both `{name}.configure_model`, and `{name}.configure_sharded_model` are overridden. The latter"
+                    " is deprecated and it should be replaced with the former."
+                )
+            rank_zero_deprecation(
+                f"You have overridden `{name}.configure_sharded_model` which is deprecated. Please override the"
+                " `configure_model` hook instead. Instantiation with the newer hook will be created on the device"
+                " right away and have the right data type depending on the precision setting in the Trainer."
             )
 
     def _setup(self, model: LightningModule, fn: TrainerFn) -> None:
@@ -202,8 +218,12 @@ class StageRunner:
         hooks.call_callbacks("setup", stage=stage)
         hooks.call_module("setup", stage=stage)
         with strategy.precision_plugin.module_init_context():  # '64-true': the layers made here in float64
-            hooks.call_module("configure_sharded_model")
-            hooks.call_module("configure_model")
+            for hook in ("configure_sharded_model", "configure_model"):
+                # a strategy that shards layers as they are made does it in its context (entered, as in
+                # Lightning, only for a hook the module implements)
+                overridden = hooks.module_overrides(hook)
+                with strategy.model_sharded_context() if overridden else contextlib.nullcontext():
+                    hooks.call_module(hook)
         after_setup = strategy.restore_checkpoint_after_setup  # sharded: the shards load into the sharded model
         checkpoint = None if after_setup else self._load_requested_checkpoint(fn)
         layer_sync = config.layer_sync if fn == TrainerFn.FITTING else None  # synchronised layers train only
@@ -339,11 +359,15 @@ class StageRunner:
         again and only the parts not yet run follow (no hook is called twice). Within a call every part runs
         even when one before it raised (a failing hook must not leave the logs unflushed or the signal handlers
         installed), and the first error is raised once all ran; except that a failing teardown hook of a run
-        that went well stops here, so that the loggers are finalized once, as ``"failed"``."""
+        that went well stops here, so that the loggers are finalized once, as ``"failed"``. After an exception
+        (``interrupted``) the teardown hooks are not called."""
         context = self.context
         hooks, stage = context.hooks, fn.value
         errors = _FirstError()
-        if self._once("hooks"):
+        # A run an exception ended calls no ``teardown`` hook (its callbacks heard ``on_exception``): code that
+        # runs in ``teardown`` may assume the stage completed (writing final results, moving files), and
+        # Lightning's hook order has no teardown after an exception, which callbacks written for it rely on.
+        if self._once("hooks") and not interrupted:
             if context.datamodule is not None:
                 with errors:
                     hooks.call_datamodule("teardown", stage=stage)
@@ -351,8 +375,7 @@ class StageRunner:
                 hooks.call_callbacks("teardown", stage=stage)
             with errors:
                 hooks.call_module("teardown", stage=stage)
-            if not interrupted:
-                errors.raise_first()
+            errors.raise_first()
         if self._once("loop"):
             with errors:
                 self.trainer.fit_loop.teardown()
@@ -451,7 +474,7 @@ def torch_settings(config: TrainerConfig, device: torch.device) -> Iterator[None
     if config.matmul_precision is not None:
         torch.set_float32_matmul_precision(config.matmul_precision)
     else:
-        _suggest_matmul_precision(device)
+        _cuda._check_cuda_matmul_precision(device)  # the module's name, read now (Lightning's tests patch it)
     deterministic = config.deterministic
     if deterministic is not None:
         torch.use_deterministic_algorithms(bool(deterministic), warn_only=deterministic == "warn")
@@ -472,26 +495,6 @@ def torch_settings(config: TrainerConfig, device: torch.device) -> Iterator[None
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
         else:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
-
-
-_matmul_suggested = False
-
-
-def _suggest_matmul_precision(device: torch.device) -> None:
-    """Once per process, as Lightning does: a CUDA GPU with tensor cores left at float32 'highest' matmul
-    precision runs float32 matmuls several times slower than it could."""
-    global _matmul_suggested
-    if _matmul_suggested or device.type != "cuda" or torch.get_float32_matmul_precision() != "highest":
-        return
-    if torch.cuda.get_device_capability(device) < (7, 0):  # no tensor cores before Volta
-        return
-    _matmul_suggested = True
-    rank_zero_info(
-        f"The CUDA device {torch.cuda.get_device_name(device)!r} has tensor cores, and float32 matmuls run at "
-        "'highest' precision. Trainer(matmul_precision='high') (or 'medium') trades a little precision for "
-        "much faster float32 matmuls; pass matmul_precision='highest' to keep the current setting and "
-        "silence this message."
-    )
 
 
 def _print_results(results: list[dict[str, float]], title: str) -> None:

@@ -8,8 +8,16 @@ from typing import Any
 
 import torch
 
+from fulmen.accelerators.cuda import CUDAAccelerator as CUDAAccelerator
+from fulmen.accelerators.mps import MPSAccelerator as MPSAccelerator
+from fulmen.accelerators.xla import XLAAccelerator as XLAAccelerator
 from fulmen.core.module import LightningModule, unwrap_compiled
 from fulmen.trainer.config import TrainerConfig, parse_flags
+from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
+from fulmen.utilities.warnings import PossibleUserWarning as PossibleUserWarning
 
 __all__ = ["TrainerConfig", "parse_flags", "prepare_model"]
 
@@ -27,3 +35,15 @@ def prepare_model(model: Any, compile_options: bool | dict[str, Any], fn: str) -
             "fulmen.LightningModule (or pass torch.compile(your_lightning_module))."
         )
     return model
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "AdvancedProfiler": "fulmen.profilers.advanced.AdvancedProfiler",
+    "DummyLogger": "fulmen.loggers.logger.DummyLogger",
+    "PassThroughProfiler": "fulmen.profilers.base.PassThroughProfiler",
+    "Profiler": "fulmen.profilers.profiler.Profiler",
+    "PyTorchProfiler": "fulmen.profilers.pytorch.PyTorchProfiler",
+    "SimpleProfiler": "fulmen.profilers.simple.SimpleProfiler",
+    "XLAProfiler": "fulmen.profilers.xla.XLAProfiler",
+})  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, overload
 
 from fulmen.runtime.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
+from fulmen.utilities.enums import LightningEnum as LightningEnum
 
 
 class StageFlag:

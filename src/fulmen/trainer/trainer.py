@@ -30,18 +30,20 @@ from fulmen.runtime.context import RunContext
 from fulmen.runtime.data import split_datamodule
 from fulmen.runtime.results import to_scalars
 from fulmen.runtime.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
-from fulmen.strategies.factory import select_strategy
 from fulmen.strategies.parallel import ParallelStrategy
 from fulmen.strategies.strategy import Strategy
+from fulmen.trainer import call as _call
+from fulmen.trainer._lightning_names import trainer_module_getattr as __getattr__  # noqa: F401
+from fulmen.trainer.checkpointing import eval_ckpt_path, select_ckpt_path
 from fulmen.trainer.config import ConfigField, TrainerConfig, parse_flags
 from fulmen.trainer.connectors import build_callbacks, build_loggers, prepare_model
-from fulmen.trainer.connectors.accelerator_connector import _AcceleratorConnector
+from fulmen.trainer.connectors.accelerator_connector import _AcceleratorConnector, choose_strategy
 from fulmen.trainer.runner import StageRunner
 from fulmen.trainer.signals import SignalConnector
 from fulmen.trainer.states import StageFlag
 from fulmen.utilities.argparse import _defaults_from_env_vars
 from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
-from fulmen.utilities.rank_zero import rank_zero_warn
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -109,10 +111,7 @@ class Trainer:
         stochastic_weight_avg: bool = False,
     ) -> None:
         config = parse_flags({k: v for k, v in locals().items() if k != "self"})
-        strategy_ = select_strategy(
-            config.strategy, config.accelerator, config.devices, config.num_nodes, config.precision,
-            config.precision_plugin, config.sync_batchnorm, config.cluster_environment,
-        )  # fmt: skip
+        strategy_ = choose_strategy(config)
         if config.checkpoint_io is not None:
             strategy_.use_plugin_checkpoint_io(config.checkpoint_io)
         self._context = context = RunContext(self, config, strategy_)
@@ -122,6 +121,7 @@ class Trainer:
         self.fit_loop = FitLoop(context, self.validate_loop)
         self._runner = StageRunner(self, context, SignalConnector(self, context.stop))
         self.predictions: Any = None
+        self._managed_ckpt_path: str | Path | None = None  # `trainer.ckpt_path = ...` (see checkpointing.py)
         context.callbacks = build_callbacks(config)
         context.loggers = build_loggers(config, self.default_root_dir)
 
@@ -441,9 +441,15 @@ class Trainer:
         return self.fit_loop.estimated_stepping_batches()
 
     @property
-    def ckpt_path(self) -> str | None:
-        """The checkpoint the last run loaded (``None`` if it started from the model's own weights)."""
-        return self._context.checkpoint_request.loaded
+    def ckpt_path(self) -> str | Path | None:
+        """The checkpoint the last run loaded (``None``: the model's own weights), or the one set for later runs."""
+        return self._managed_ckpt_path or self._context.checkpoint_request.loaded
+
+    @ckpt_path.setter
+    def ckpt_path(self, ckpt_path: str | Path | None) -> None:
+        """Later stages called without ``ckpt_path`` load this checkpoint, until it is set to ``None``."""
+        self._managed_ckpt_path = ckpt_path
+        self._context.checkpoint_request.loaded = None
 
     # -- entry points ---------------------------------------------------------------------------------------
     def fit(
@@ -463,6 +469,7 @@ class Trainer:
         train_dataloaders, datamodule = split_datamodule(train_dataloaders, datamodule)
         if datamodule is not None and (train_dataloaders is not None or val_dataloaders is not None):
             raise MisconfigurationException("trainer.fit() got both dataloaders and a datamodule. Pass one or the other.")
+        ckpt_path = select_ckpt_path(self, ckpt_path)
         model = self._attach(model, datamodule, TrainerFn.FITTING)
         self._context.data.attach(train=train_dataloaders, val=val_dataloaders)
         self._run(model, TrainerFn.FITTING, ckpt_path, weights_only)
@@ -502,7 +509,7 @@ class Trainer:
     ) -> Any:
         """Run ``predict_step`` over the predict dataloaders; returns the outputs (a list per dataloader)."""
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule)
-        ckpt_path = self._eval_ckpt_path(model, ckpt_path)  # before attaching: None means "not given"
+        ckpt_path = eval_ckpt_path(self, model, ckpt_path)  # before attaching: None means "not given"
         model = self._attach(model, datamodule, TrainerFn.PREDICTING)
         self._context.data.attach(predict=dataloaders)
         return self._run(model, TrainerFn.PREDICTING, ckpt_path, weights_only,
@@ -513,22 +520,10 @@ class Trainer:
         datamodule: LightningDataModule | None, fn: TrainerFn, weights_only: bool | None,
     ) -> list[dict[str, float]]:  # fmt: skip
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule)
-        ckpt_path = self._eval_ckpt_path(model, ckpt_path)
+        ckpt_path = eval_ckpt_path(self, model, ckpt_path)
         model = self._attach(model, datamodule, fn)
         self._context.data.attach(**{"val" if fn == TrainerFn.VALIDATING else "test": dataloaders})
         return self._run(model, fn, ckpt_path, weights_only, verbose=verbose)
-
-    def _eval_ckpt_path(self, model: LightningModule | None, ckpt_path: Any) -> Any:
-        """No model and no ckpt_path after a fit: evaluate the best checkpoint of that fit (as documented)."""
-        if ckpt_path is not None or model is not None:
-            return ckpt_path
-        cb = self.checkpoint_callback
-        if cb is not None and getattr(cb, "best_model_path", None):
-            rank_zero_warn("No model nor ckpt_path given. The best model of the previous `fit` call will be used.")
-            return "best"
-        if self.lightning_module is not None and self.state.fn == TrainerFn.FITTING:
-            rank_zero_warn("No checkpoint of the last fit is known: the model's current weights are used.")
-        return None
 
     def tune(
         self, model: LightningModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
@@ -584,7 +579,7 @@ class Trainer:
     ) -> Any:  # fmt: skip
         """One fit/validate/test/predict, in this process or in those the strategy starts for it."""
         args = (model, fn, ckpt_path, weights_only, verbose, return_predictions)
-        return self.strategy.launch(self, self._run_here, *args)
+        return _call._call_and_handle_interrupt(self, self._run_here, *args)
 
     def _run_here(self, *args: Any) -> Any:
         """The stage in this process (a spawning strategy calls this in each process it starts)."""

@@ -23,7 +23,10 @@ from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, t
 from fulmen.utilities.data import has_len, rebuild_dataloader
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.memory import garbage_collection_cuda, is_oom_error
+from fulmen.utilities.parsing import lightning_getattr as lightning_getattr
+from fulmen.utilities.parsing import lightning_setattr as lightning_setattr
 from fulmen.utilities.rank_zero import rank_zero_info
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.core.datamodule import LightningDataModule

@@ -16,7 +16,11 @@ from fulmen.callbacks.callback import Callback
 from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _MATPLOTLIB_AVAILABLE as _MATPLOTLIB_AVAILABLE
+from fulmen.utilities.imports import RequirementCache as RequirementCache
+from fulmen.utilities.parsing import lightning_hasattr as lightning_hasattr
+from fulmen.utilities.parsing import lightning_setattr as lightning_setattr
 from fulmen.utilities.rank_zero import rank_zero_error, rank_zero_info, rank_zero_warn
+from fulmen.utilities.types import LRSchedulerConfig as LRSchedulerConfig
 
 if TYPE_CHECKING:
     from fulmen.core.datamodule import LightningDataModule

@@ -9,13 +9,17 @@ name, then a move). The final file gets the permissions an ordinary new file get
 (0644 under the usual 022), not the 0600 of the temporary file, so a teammate or a serving process running as
 another user can read it.
 
-Reads use ``torch.load(weights_only=True)``: the unpickler only builds tensors, containers and primitives
-(plus the allow-list below), so a checkpoint cannot make the reader import or call anything.
+Reads use ``torch.load(weights_only=True)`` unless the caller says it trusts the file: the unpickler only
+builds tensors, containers and primitives (plus the allow-list below, and the classes the user registered with
+``torch.serialization.add_safe_globals``), so a checkpoint cannot make the reader import or call anything. A
+file holding other objects (a module or function among the hyperparameters, as Lightning writes them too) is
+refused with an error naming those classes and the two ways to allow them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import io
 import os
 import pickle
@@ -47,9 +51,15 @@ class CorruptCheckpointError(RuntimeError):
 
 
 # Non-tensor types that checkpoints may hold besides containers and primitives. Lightning writes its own
-# ``AttributeDict`` for some hyperparameters; it is mapped to fulmen's by name, never imported.
+# ``AttributeDict`` for some hyperparameters; it is mapped to fulmen's by name, never imported. Paths and
+# frozensets are common hyperparameter values that torch does not allow by default; building one from a file
+# runs no code of the file's choosing (a path is made of strings), so fulmen's checkpoints with a path among
+# the hyperparameters load without asking the user to trust them.
 def _allowed_globals() -> list[Any]:
-    allowed: list[Any] = [AttributeDict]
+    import pathlib
+
+    allowed: list[Any] = [AttributeDict, frozenset, pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath,
+                          pathlib.WindowsPath]  # fmt: skip
     if _supports_named_globals():
         allowed.append((AttributeDict, "lightning.fabric.utilities.data.AttributeDict"))
         allowed.append((AttributeDict, "pytorch_lightning.utilities.parsing.AttributeDict"))
@@ -58,8 +68,7 @@ def _allowed_globals() -> list[Any]:
 
 
 def _supports_named_globals() -> bool:
-    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    return version >= (2, 5)
+    return _torch_version() >= (2, 5)
 
 
 def atomic_write(path: _PathLike, write: Callable[[io.BufferedWriter], object]) -> None:
@@ -137,12 +146,33 @@ def save(checkpoint: dict[str, Any], path: _PathLike) -> None:
 @contextlib.contextmanager
 def _safe_globals() -> Iterator[None]:
     ctx = getattr(torch.serialization, "safe_globals", None)
-    if ctx is None:  # torch < 2.5: register globally (only fulmen's own AttributeDict)
-        torch.serialization.add_safe_globals([AttributeDict])
+    if ctx is None:  # torch < 2.5: register globally (only fulmen's own allow-list, all of it harmless)
+        torch.serialization.add_safe_globals(_allowed_globals())
         yield
         return
+    # on top of what the user registered with add_safe_globals (the context keeps that list and restores it)
     with ctx(_allowed_globals()):
         yield
+
+
+_TRUE = ("1", "y", "yes", "true")
+
+
+def resolve_weights_only(weights_only: bool | None) -> bool:
+    """Whether a load with ``weights_only`` uses the safe unpickler. ``None`` is torch's default since 2.6:
+    safe, unless the user set ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` (torch's own switch for trusting every
+    file); ``TORCH_FORCE_WEIGHTS_ONLY_LOAD=1`` makes every load safe. Resolved here, as torch resolves it, so
+    that a refusal is known to be one. (torch 2.4 / 2.5 defaulted to the full unpickler; fulmen stays safe there.)"""
+    if os.getenv("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "0").lower() in _TRUE:
+        return True
+    if weights_only is None:
+        return os.getenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0").lower() not in _TRUE
+    return weights_only
+
+
+def _torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
 
 
 _READ_ERRORS = (EOFError, OSError, KeyError, IndexError, ValueError, RuntimeError, pickle.UnpicklingError)
@@ -167,8 +197,9 @@ def _describe(source: Any) -> str:
     return "the file is empty" if size == 0 else f"the file has {size} bytes"
 
 
-def load(path: _PathLike, map_location: Any = None, weights_only: bool = True) -> dict[str, Any]:
-    """Load a checkpoint file. ``weights_only=False`` runs the full unpickler: only for files you trust."""
+def load(path: _PathLike, map_location: Any = None, weights_only: bool | None = True) -> dict[str, Any]:
+    """Load a checkpoint file. ``weights_only=False`` runs the full unpickler: only for files you trust;
+    ``None`` is torch's default (see :func:`resolve_weights_only`)."""
     path_str = os.fspath(path)
     if str(path_str).endswith(".safetensors"):
         return load_safetensors(path_str, map_location)
@@ -177,8 +208,9 @@ def load(path: _PathLike, map_location: Any = None, weights_only: bool = True) -
     source: Any = cloud_io.local(path_str)
     if cloud_io.is_remote(path_str):
         source = io.BytesIO(cloud_io.read_bytes(path_str))
+    safe = resolve_weights_only(weights_only)
     try:
-        if not weights_only:
+        if not safe:
             return torch.load(source, map_location=map_location, weights_only=False)
         with _safe_globals():
             checkpoint = torch.load(source, map_location=map_location, weights_only=True)
@@ -192,25 +224,92 @@ def load(path: _PathLike, map_location: Any = None, weights_only: bool = True) -
                 "copy, download or save that stopped) or is some other kind of file. Load another checkpoint (an earlier one, or "
                 "ckpt_path='last'), or copy the file again."
             ) from err
-        if not isinstance(err, pickle.UnpicklingError) or not weights_only:
+        if not isinstance(err, pickle.UnpicklingError) or not safe:
             raise
-        detail = str(err).strip().splitlines()
-        reason = next(
-            (line for line in detail if "GLOBAL" in line or "Unsupported" in line),
-            detail[0] if detail else "",
-        )
-        raise UnsafeCheckpointError(
-            f"Refusing to load {path_str!r}: it holds objects that can only be rebuilt by running code from the "
-            f"file ({reason.strip()}). fulmen loads checkpoints with weights_only=True so that a file cannot run "
-            "code on your machine. If you trust this file, load it with weights_only=False (e.g. "
-            "`Model.load_from_checkpoint(path, weights_only=False)` or `trainer.fit(..., ckpt_path=path, "
-            "weights_only=False)`)."
-        ) from None
+        raise UnsafeCheckpointError(_refusal(path_str, source, err)) from None
     if not isinstance(checkpoint, dict):
         raise ValueError(
             f"{path_str!r} is not a checkpoint: it holds a {type(checkpoint).__name__}, not a dict."
         )
     return checkpoint
+
+
+def _load(path_or_url: Any, map_location: Any = None, weights_only: bool | None = None) -> Any:
+    """Lightning's ``pl_load``: a checkpoint from a path (local or fsspec, as :func:`load` reads it), an
+    ``http(s)://`` URL (through torch.hub's download cache; ``weights_only=None`` trusts it there, as Lightning
+    does) or an open binary file."""
+    if isinstance(path_or_url, (str, os.PathLike)):
+        if str(path_or_url).startswith(("http://", "https://")):
+            return torch.hub.load_state_dict_from_url(
+                str(path_or_url), map_location=map_location, weights_only=bool(weights_only)
+            )
+        return load(path_or_url, map_location=map_location, weights_only=weights_only)
+    if not resolve_weights_only(weights_only):
+        return torch.load(path_or_url, map_location=map_location, weights_only=False)
+    with _safe_globals():
+        return torch.load(path_or_url, map_location=map_location, weights_only=True)
+
+
+def _refusal(path: str, source: Any, err: BaseException) -> str:
+    """The message for a file the safe unpickler refused: every class and function it would need (torch's own
+    message names only the first) and both ways to load it. Same exception class as torch's
+    (``pickle.UnpicklingError``), so code written for Lightning catches it."""
+    names = _unsafe_globals(source)
+    if not names:  # not a missing global (an opcode the safe unpickler lacks ...): torch's reason says what
+        detail = str(err).strip().splitlines()
+        reason = next((line for line in detail if "GLOBAL" in line or "Unsupported" in line), detail[0] if detail else "")
+        return (
+            f"Refusing to load {path!r}: it holds objects that only the full unpickler can rebuild, which runs code "
+            f"the file names ({reason.strip()}). If you trust this file, load it with weights_only=False (e.g. "
+            "`Model.load_from_checkpoint(path, weights_only=False)` or `trainer.fit(model, ckpt_path=path, "
+            "weights_only=False)`)."
+        )
+    short = ", ".join(name.rpartition(".")[2] for name in names)
+    return (
+        f"Refusing to load {path!r} with weights_only=True: it holds objects of {', '.join(names)}, which torch "
+        "does not rebuild without being told to (rebuilding an object runs code the file names). A checkpoint "
+        "holds such objects when save_hyperparameters() recorded a module, a function or another object among "
+        "__init__'s arguments. If you trust this file, either\n"
+        "  - load it with weights_only=False: `Model.load_from_checkpoint(path, weights_only=False)`, "
+        "`trainer.fit(model, ckpt_path=path, weights_only=False)` (the same for validate/test/predict; "
+        "LightningCLI: --weights_only=false), or\n"
+        f"  - allow these classes and functions, and only them: `torch.serialization.add_safe_globals([{short}])` "
+        f"before loading, or load inside `with torch.serialization.safe_globals([{short}]):`."
+    )
+
+
+def _unsafe_globals(source: Any) -> list[str]:
+    """The ``module.name`` of each class or function the checkpoint's pickle names that the safe unpickler
+    would refuse (after fulmen's and the user's allow-lists): torch reads the names without importing them."""
+    find = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)  # torch >= 2.5
+    if find is None:
+        return []
+    if isinstance(source, io.BytesIO):
+        source.seek(0)
+    try:
+        with _safe_globals():
+            return sorted(find(source))
+    except Exception:  # only the message depends on it: fall back to torch's own
+        return []
+
+
+# The hyperparameters a file could not hold, by name: load_from_checkpoint then asks for them (or uses __init__'s
+# default, with a warning). A safetensors export writes it; so did fulmen's .ckpt files before they stored the
+# objects themselves as Lightning does, which is why it is still read.
+HPARAMS_LEFT_OUT_KEY = "hyper_parameters_left_out"
+
+
+def _is_json(value: Any) -> bool:
+    """Whether JSON gives ``value`` back as it was (a tuple comes back as a list, which is close enough)."""
+    if isinstance(value, enum.Enum):  # a str or int enum would come back as its value, not as the member
+        return False
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(_is_json(v) for v in value)
+    return False
 
 
 def save_safetensors(checkpoint: dict[str, Any], path: _PathLike) -> None:
@@ -227,7 +326,13 @@ def save_safetensors(checkpoint: dict[str, Any], path: _PathLike) -> None:
     metadata = {"format": "pt", "epoch": str(checkpoint.get("epoch", 0)),
                 "global_step": str(checkpoint.get("global_step", 0))}  # fmt: skip
     if "hyper_parameters" in checkpoint:
-        metadata["hyper_parameters"] = json.dumps(checkpoint["hyper_parameters"], default=str)
+        # JSON holds plain values only: an object (a module, a function, a path ...) is left out and named, so
+        # that load_from_checkpoint asks for it instead of passing its text to __init__
+        hparams = {str(k): v for k, v in dict(checkpoint["hyper_parameters"]).items()}
+        left_out = sorted(k for k, v in hparams.items() if not _is_json(v))
+        metadata["hyper_parameters"] = json.dumps({k: v for k, v in hparams.items() if k not in left_out})
+        if left_out:
+            metadata[HPARAMS_LEFT_OUT_KEY] = json.dumps(left_out)
     if "hparams_name" in checkpoint:
         metadata["hparams_name"] = str(checkpoint["hparams_name"])
     data = st_save(tensors, metadata=metadata)
@@ -263,6 +368,8 @@ def load_safetensors(path: _PathLike, map_location: Any = None) -> dict[str, Any
     }
     if "hyper_parameters" in metadata:
         checkpoint["hyper_parameters"] = json.loads(metadata["hyper_parameters"])
+    if HPARAMS_LEFT_OUT_KEY in metadata:
+        checkpoint[HPARAMS_LEFT_OUT_KEY] = json.loads(metadata[HPARAMS_LEFT_OUT_KEY])
     if "hparams_name" in metadata:
         checkpoint["hparams_name"] = metadata["hparams_name"]
     return checkpoint

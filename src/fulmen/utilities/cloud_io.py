@@ -96,6 +96,16 @@ def filesystem(path: _PathLike) -> Any:
         raise ValueError(f"{os.fspath(path)!r}: fsspec knows no filesystem for {proto!r}:// ({err}).") from err
 
 
+def get_filesystem(path: _PathLike, **kwargs: Any) -> Any:
+    """The fsspec filesystem of ``path`` (``LocalFileSystem`` for a plain path), made with ``kwargs`` (storage
+    options such as ``anon=True``): Lightning's ``get_filesystem``, for code that works with fsspec itself.
+    fulmen's own file operations are the functions of this module, which use the local disk without fsspec."""
+    filesystem(path)  # a protocol whose package is missing fails here, naming the package
+    from fsspec.core import url_to_fs
+
+    return url_to_fs(os.fspath(path), **kwargs)[0]
+
+
 def check_reachable(path: _PathLike | None, argument: str) -> None:
     """Fail now, naming ``argument``, when ``path`` is a URL whose filesystem cannot be loaded."""
     if path is None or not is_remote(path):

@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.model_helpers import is_overridden
 
 if TYPE_CHECKING:
@@ -127,3 +128,13 @@ def to_uncompiled(model: LightningModule | OptimizedModule) -> LightningModule:
             setattr(module, name, previous)
     object.__setattr__(module, "_compiled_from", None)
     return module
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "DDPStrategy": "fulmen.strategies.ddp.DDPStrategy",
+    "DeepSpeedStrategy": "fulmen.strategies.deepspeed.DeepSpeedStrategy",
+    "FSDPStrategy": "fulmen.strategies.fsdp.FSDPStrategy",
+    "SingleDeviceStrategy": "fulmen.strategies.single_device.SingleDeviceStrategy",
+    "Strategy": "fulmen.strategies.strategy.Strategy",
+})  # fmt: skip

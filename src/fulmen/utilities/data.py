@@ -11,13 +11,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, TensorDataset
 
+from fulmen.utilities.apply_func import is_dataclass_instance as is_dataclass_instance
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import WarningCache, rank_zero_warn
+from fulmen.utilities.warnings import PossibleUserWarning as PossibleUserWarning
 
 if TYPE_CHECKING:
     from fulmen.strategies.strategy import Strategy
 
 _warnings = WarningCache()
+warning_cache = _warnings  # Lightning's name of this module's cache
 
 
 def has_len(dataloader: object) -> bool:
@@ -103,7 +107,7 @@ def extract_batch_size(batch: Any) -> int:
             if batch_size is None:
                 batch_size = size
             elif size != batch_size:
-                _warnings.warn(
+                warning_cache.warn(  # the module's name, read now: patching or clearing it reaches this
                     "Trying to infer the `batch_size` from an ambiguous collection. The batch size we found is "
                     f"{batch_size}. To avoid any miscalculations, use `self.log(..., batch_size=batch_size)`."
                 )
@@ -376,6 +380,21 @@ def _rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
+def set_sampler_epoch(loader: Any, epoch: int) -> None:
+    """Tell the samplers of ``loader`` (each loader of a ``CombinedLoader``) which epoch starts: a
+    ``DistributedSampler`` or any sampler with ``set_epoch`` draws that epoch's order from it. Called before the
+    epoch's iterator is made, for training and evaluation loaders alike, so an order that depends on the epoch is
+    the same under every framework that runs the same program."""
+    loaders = getattr(loader, "flattened", None)
+    for dl in loaders if isinstance(loaders, list) else [loader]:
+        sampler: Any = getattr(dl, "sampler", None)
+        inner: Any = getattr(getattr(dl, "batch_sampler", None), "sampler", None)
+        for smp in (sampler,) if inner is sampler else (sampler, inner):
+            set_epoch = getattr(smp, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(epoch)
+
+
 def is_stateful(obj: Any) -> bool:
     """Whether ``obj`` keeps a state a checkpoint can hold: an instance with ``state_dict()`` and
     ``load_state_dict()`` (a stateful loader, sampler or dataset)."""
@@ -385,3 +404,9 @@ def is_stateful(obj: Any) -> bool:
         and callable(getattr(obj, "state_dict", None))
         and callable(getattr(obj, "load_state_dict", None))
     )
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "RunningStage": "fulmen.runtime.state.RunningStage",
+})  # fmt: skip

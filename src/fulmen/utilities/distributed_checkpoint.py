@@ -161,14 +161,16 @@ def remove(path: str | os.PathLike[str]) -> None:
         os.remove(path)
 
 
-def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_meta(path: str | os.PathLike[str], weights_only: bool | None = True) -> dict[str, Any]:
+    """The training state beside the shards (hyperparameters included), read as a file checkpoint is:
+    ``weights_only`` as :func:`checkpoint_io.load` takes it."""
     meta_path = Path(path) / META_FILE
     if not meta_path.is_file():
         raise checkpoint_io.CorruptCheckpointError(
             f"{os.fspath(path)!r} is a torch.distributed.checkpoint directory without fulmen's {META_FILE}: it "
             "holds tensors but not the training state. Load its tensors with torch.distributed.checkpoint."
         )
-    return checkpoint_io.load(meta_path, map_location="cpu")
+    return checkpoint_io.load(meta_path, map_location="cpu", weights_only=weights_only)
 
 
 def _safe_planner(flatten: bool = True) -> Any:
@@ -286,24 +288,28 @@ def optimizer_state_by_name(positional: dict[str, Any], names: list[str]) -> dic
     return {"state": state, "param_groups": groups}
 
 
-def consolidate(path: str | os.PathLike[str], output: str | os.PathLike[str]) -> dict[str, Any]:
+def consolidate(
+    path: str | os.PathLike[str], output: str | os.PathLike[str], weights_only: bool | None = True
+) -> dict[str, Any]:
     """Turn the sharded checkpoint ``path`` into one ordinary checkpoint file ``output`` (written atomically),
     loadable on one process by ``load_from_checkpoint``, ``Trainer.fit(ckpt_path=...)`` and Lightning.
-    Returns the checkpoint written."""
-    checkpoint = load_consolidated(path)
+    Returns the checkpoint written. ``weights_only=False`` reads a trusted directory whose hyperparameters hold
+    objects (modules, functions ...)."""
+    checkpoint = load_consolidated(path, weights_only=weights_only)
     checkpoint_io.save(checkpoint, output)
     return checkpoint
 
 
-def load_consolidated(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_consolidated(path: str | os.PathLike[str], weights_only: bool | None = True) -> dict[str, Any]:
     """The sharded checkpoint ``path`` as the dict a file checkpoint holds (whole tensors, optimizer states
-    keyed by position), read in this process alone."""
+    keyed by position), read in this process alone; ``weights_only`` applies to its training state
+    (:func:`read_meta`)."""
     if not is_sharded_checkpoint(path):
         raise FileNotFoundError(
             f"{os.fspath(path)!r} is not a sharded checkpoint (a directory with torch.distributed.checkpoint's "
             f"{DCP_METADATA}). A file checkpoint needs no consolidation."
         )
-    checkpoint = dict(read_meta(path))
+    checkpoint = dict(read_meta(path, weights_only=weights_only))
     tensors = read_full(path)
     checkpoint["state_dict"] = tensors.get(MODEL_KEY, {})
     count = int(checkpoint.pop("sharded_optimizers", 0))

@@ -3,6 +3,7 @@
 ``require`` fails early, naming the extra to install, when a component's package is missing.
 ``lazy_exports`` gives a package ``__getattr__`` / ``__dir__`` that import each public class from its
 module on first use, so ``import fulmen`` (and a run that does not use a component) pays nothing for it.
+``lazy_aliases`` does the same for names a module holds only because Lightning's counterpart does.
 
 ``package_available``, ``compare_version`` and ``RequirementCache`` answer "is X (in version Y) installed?",
 and the ``_X_AVAILABLE`` / ``_TORCH_GREATER_EQUAL_*`` flags are their answers for the packages programs
@@ -23,6 +24,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
+
 # The Lightning release whose public API and checkpoint format fulmen matches: what checkpoints record as their
 # format version (Lightning reads it to migrate old files), what the ``lightning.pytorch`` alias reports as
 # ``__version__`` (libraries gate features on it), and where checkpoint upgrades stop.
@@ -32,9 +35,15 @@ if TYPE_CHECKING:
     from torch._vendor.packaging.version import Version
 
 
-def require(package: str, extra: str, component: str) -> None:
-    """Raise ``ModuleNotFoundError`` naming ``pip install 'fulmen[<extra>]'`` when ``package`` is missing."""
-    if importlib.util.find_spec(package) is None:
+def require(package: str, extra: str, component: str, available: object = None) -> None:
+    """Raise ``ModuleNotFoundError`` naming ``pip install 'fulmen[<extra>]'`` when ``package`` is missing.
+
+    ``available``: the availability flag of the component's module (``_WANDB_AVAILABLE``), as the caller reads
+    it when it runs; its truth then decides instead of a look-up, so that a program or test suite that patches
+    the flag (``mock.patch("lightning.pytorch.loggers.wandb._WANDB_AVAILABLE", False)``) sees the component
+    refuse, or, patched true over a stand-in package, accept."""
+    missing = importlib.util.find_spec(package) is None if available is None else not available
+    if missing:
         raise ModuleNotFoundError(
             f"{component} needs the `{package}` package, which is not installed: pip install 'fulmen[{extra}]' "
             f"(or pip install {package})."
@@ -60,6 +69,62 @@ def lazy_exports(package: str, where: Mapping[str, str]) -> tuple[Callable[[str]
         return sorted([*importlib.import_module(package).__dict__, *where])
 
     return __getattr__, __dir__
+
+
+def lazy_aliases(
+    module: str, where: Mapping[str, str], fallback: Callable[[str], object] | None = None
+) -> Callable[[str], object]:
+    """A PEP 562 ``__getattr__`` for ``module`` that resolves each name of ``where`` on first use to the object at
+    its dotted path (``{"Callback": "fulmen.callbacks.callback.Callback"}``): the very object, then kept in the
+    module. For names a module only exposes because Lightning's counterpart holds them (libraries import helpers
+    from wherever Lightning's modules import them) and that its own code never uses: such a name may live in a
+    layer above, or in a module heavy to import, without the module importing it. Other names go to
+    ``fallback`` (the module's own ``__getattr__``), else raise ``AttributeError``."""
+
+    def __getattr__(name: str) -> object:
+        path = where.get(name)
+        if path is None:
+            if fallback is not None:
+                return fallback(name)
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        home, _, attribute = path.rpartition(".")
+        value = getattr(importlib.import_module(home), attribute)
+        setattr(sys.modules[module], name, value)
+        return value
+
+    return __getattr__
+
+
+def optional_packages(
+    module: str, where: Mapping[str, str], fallback: Callable[[str], object] | None = None
+) -> tuple[Callable[[str], object], Callable[[str], Any]]:
+    """An optional package (or an object of one) as a name of ``module`` that patching reaches, imported only
+    when used: ``where`` maps each name to a module path (``{"wandb": "wandb"}``) or ``"module:attribute"``
+    (``{"MlflowClient": "mlflow.tracking:MlflowClient"}``).
+
+    Returns ``(__getattr__, lookup)``. The PEP 562 ``__getattr__`` gives the name's object, imported now and
+    not kept in the module (other names go to ``fallback``); ``lookup(name)``, which the module's code calls
+    each time it needs the package, gives the value set on the module when there is one (``mock.patch(
+    "fulmen.loggers.wandb.wandb", fake)``), else the object imported now, so that a stand-in put in
+    ``sys.modules`` is honoured as well, as by the ``import`` statement Lightning's code runs there."""
+
+    def resolve(name: str) -> Any:
+        path, _, attribute = where[name].partition(":")
+        found = importlib.import_module(path)
+        return getattr(found, attribute) if attribute else found
+
+    def __getattr__(name: str) -> object:
+        if name in where:
+            return resolve(name)
+        if fallback is not None:
+            return fallback(name)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    def lookup(name: str) -> Any:
+        patched = sys.modules[module].__dict__.get(name)
+        return patched if patched is not None else resolve(name)
+
+    return __getattr__, lookup
 
 
 # -- versions -------------------------------------------------------------------------------------------------

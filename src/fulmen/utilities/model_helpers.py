@@ -6,6 +6,8 @@ import importlib.util
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from fulmen.utilities.imports import RequirementCache as RequirementCache
+
 if TYPE_CHECKING:
     from torch import nn
 

@@ -59,6 +59,27 @@ class DistributedDataParallel(Protocol):
     def no_sync(self) -> Generator[None, None, None]: ...
 
 
+@runtime_checkable
+class Steppable(Protocol):
+    """Anything with ``step(closure=None)``, as an optimizer has (Lightning Fabric's structural type)."""
+
+    def step(self, closure: Any = ...) -> Any: ...
+
+
+@runtime_checkable
+class Optimizable(Steppable, Protocol):
+    """What an optimizer is, structurally: ``step``, ``param_groups``, ``defaults``, ``state`` and its state dict
+    (``isinstance(torch.optim.SGD(...), Optimizable)`` holds; Lightning Fabric's structural type)."""
+
+    param_groups: list[dict[Any, Any]]
+    defaults: dict[Any, Any]
+    state: dict[Any, Any]
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
 class LRSchedulerConfigType(TypedDict, total=False):
     """A scheduler dict in ``configure_optimizers``' return: only ``scheduler`` is required."""
 

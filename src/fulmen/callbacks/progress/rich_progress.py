@@ -21,7 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fulmen.callbacks.progress.progress_bar import ProgressBar as ProgressBar
 from fulmen.callbacks.progress.progress_bar import RefreshingBar
+from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
 from fulmen.utilities.imports import _RICH_AVAILABLE as _RICH_AVAILABLE
 from fulmen.utilities.imports import require
 
@@ -38,6 +40,10 @@ _RICH_CLASSES = (
 def __getattr__(name: str) -> Any:
     if name in _RICH_CLASSES:
         return _rich_classes()[name]
+    if name == "Progress":  # rich's, which Lightning's module holds: the bar's CustomProgress derives from it
+        from rich.progress import Progress
+
+        return Progress
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -235,7 +241,7 @@ class RichProgressBar(RefreshingBar):
         theme: RichProgressBarTheme = RichProgressBarTheme(),
         console_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        require("rich", "rich", "RichProgressBar")
+        require("rich", "rich", "RichProgressBar", available=_RICH_AVAILABLE)
         super().__init__(refresh_rate)
         self._leave = leave
         self.theme = theme if theme is not None else RichProgressBarTheme()

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm as _tqdm
 
+from fulmen.callbacks.progress.progress_bar import ProgressBar as ProgressBar
 from fulmen.callbacks.progress.progress_bar import RefreshingBar
+from fulmen.utilities.rank_zero import rank_zero_debug as rank_zero_debug
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -80,6 +82,7 @@ class TQDMProgressBar(RefreshingBar):
         leave: keep each epoch's training bar on screen (a new line per epoch) instead of redrawing one line.
     """
 
+    BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
     _MIN_DRAW_INTERVAL = 0.1  # seconds between redraws (and metric reads) inside a stage
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
@@ -158,9 +161,9 @@ class TQDMProgressBar(RefreshingBar):
         terminal = self._to_terminal = _is_terminal(sys.stdout)
         if terminal:
             return Tqdm(desc=desc, position=position, disable=self.is_disabled, leave=leave, dynamic_ncols=True,
-                        file=sys.stdout, smoothing=0, mininterval=0, bar_format=_BAR_FORMAT)  # fmt: skip
+                        file=sys.stdout, smoothing=0, mininterval=0, bar_format=self.BAR_FORMAT)  # fmt: skip
         return Tqdm(desc=desc, position=0, disable=self.is_disabled, leave=leave, ncols=0,
-                    file=_FinishedLines(sys.stdout), smoothing=0, mininterval=0, bar_format=_BAR_FORMAT)  # fmt: skip
+                    file=_FinishedLines(sys.stdout), smoothing=0, mininterval=0, bar_format=self.BAR_FORMAT)  # fmt: skip
 
     def init_sanity_tqdm(self) -> Tqdm:
         """The bar of the sanity check (removed when it ends)."""
@@ -355,9 +358,6 @@ class TQDMProgressBar(RefreshingBar):
             active.write(sep.join(map(str, args)), **kwargs)
         else:
             print(*args, **kwargs)
-
-
-_BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]{postfix}"
 
 
 def _total(total: int | float) -> int | None:

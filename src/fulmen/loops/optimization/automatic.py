@@ -22,7 +22,7 @@ from torch import Tensor
 
 from fulmen.loops.optimization.closure import CLOSURE_NOT_RUN, AbstractClosure, OutputResult
 from fulmen.runtime.hooks import training_step_takes_optimizer_idx
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import MisconfigurationException, UnsupportedSetupError
 from fulmen.utilities.rank_zero import WarningCache
 
 if TYPE_CHECKING:
@@ -148,14 +148,16 @@ class _LoopClosure(Closure):
         strategy = loop.context.strategy
         optimizer = strategy.optimizers[self._idx]
         output = strategy.training_step(*self._step_args)
+        if loop.post_step:
+            strategy.post_training_step()
         if type(output) is Tensor and self._window == 1:  # the common case: no result object to build
             result: ClosureResult | Tensor = output
             loss: Tensor | None = output
         else:
             result = ClosureResult.from_training_step_output(output, self._window)
             loss = result.closure_loss
-            if output is None:  # once per run
-                loop.warnings.warn(_RETURNED_NONE)
+            if output is None:  # once per process, as Lightning's Closure says it (its class-level cache)
+                Closure.warning_cache.warn(_RETURNED_NONE)
         if self._first:
             if loop._inline_zero_grad:
                 optimizer.zero_grad(set_to_none=True)  # the default optimizer_zero_grad
@@ -213,6 +215,7 @@ class AutomaticOptimization:
         # the hooks left at their defaults run inline in the hot loop (see plan())
         self._inline_zero_grad = False
         self._inline_step = False
+        self.post_step = False  # the strategy overrides post_training_step (set by the epoch loop's plan)
         self.outputs_unread = False  # set by the epoch loop: no hook or 1.x epoch end reads batch outputs
 
     def plan(self) -> None:
@@ -229,7 +232,7 @@ class AutomaticOptimization:
         n = len(context.strategy.optimizers)
         _, takes_idx, required = training_step_takes_optimizer_idx(module)
         if n > 1 and not takes_idx:
-            raise MisconfigurationException(
+            raise UnsupportedSetupError(
                 f"configure_optimizers returned {n} optimizers, but {type(module).__name__}.training_step has "
                 "no `optimizer_idx` argument. Either add it — training_step(self, batch, batch_idx, "
                 "optimizer_idx) is then called once per optimizer — or set `self.automatic_optimization = "

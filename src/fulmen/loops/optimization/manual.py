@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from fulmen.core.optimizer import do_nothing_closure as do_nothing_closure
 from fulmen.loops.optimization.closure import OutputResult
 from fulmen.utilities.exceptions import MisconfigurationException
 
@@ -51,6 +52,7 @@ class ManualOptimization:
 
     def __init__(self, context: RunContext) -> None:
         self.context = context
+        self.post_step = False  # the strategy overrides post_training_step (set by the epoch loop's plan)
 
     def count_steps(self, manual: bool) -> None:
         """Under manual optimization every ``opt.step()`` is a global step; under automatic optimization the
@@ -64,5 +66,8 @@ class ManualOptimization:
             optimizer.count_steps(count if manual else None)
 
     def run(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        output = self.context.strategy.training_step(batch, batch_idx)
+        strategy = self.context.strategy
+        output = strategy.training_step(batch, batch_idx)
+        if self.post_step:
+            strategy.post_training_step()
         return ManualResult.from_training_step_output(output).asdict()

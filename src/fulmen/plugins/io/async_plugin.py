@@ -14,6 +14,7 @@ import torch
 
 from fulmen.plugins.io.checkpoint_plugin import CheckpointIO
 from fulmen.plugins.io.wrapper import _WrappingCheckpointIO
+from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 _Path = str | os.PathLike[str]
@@ -133,8 +134,11 @@ class AsyncCheckpointIO(_WrappingCheckpointIO):
         self.run_in_background(write, path)
 
     def load_checkpoint(self, path: _Path, map_location: Any | None = None, weights_only: bool | None = None) -> dict[str, Any]:
+        """The wrapped writer's ``load_checkpoint``, once the saves in flight are written. Without
+        ``map_location`` the wrapped writer's default holds (a ``TorchCheckpointIO`` loads onto the CPU)."""
         self.wait()
-        return self.checkpoint_io.load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        where = {} if map_location is None else {"map_location": map_location}
+        return self.checkpoint_io.load_checkpoint(path, weights_only=weights_only, **where)
 
     def remove_checkpoint(self, path: _Path) -> None:
         self.run_in_background(functools.partial(self.checkpoint_io.remove_checkpoint, path), path, removal=True)

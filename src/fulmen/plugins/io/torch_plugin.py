@@ -14,7 +14,7 @@ _Path = str | os.PathLike[str]
 class TorchCheckpointIO(CheckpointIO):
     """``torch.save`` / ``torch.load`` through fulmen's safe, atomic checkpoint files (local paths and any
     fsspec URL; a ``.safetensors`` path exports the weights); loading is ``weights_only`` unless told
-    otherwise."""
+    otherwise (``None``: torch's default, see :func:`fulmen.utilities.checkpoint_io.resolve_weights_only`)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: _Path, storage_options: Any | None = None) -> None:
         if storage_options is not None:
@@ -29,8 +29,12 @@ class TorchCheckpointIO(CheckpointIO):
         else:
             checkpoint_io.save(checkpoint, path)
 
-    def load_checkpoint(self, path: _Path, map_location: Any | None = None, weights_only: bool | None = None) -> dict[str, Any]:
-        return checkpoint_io.load(path, map_location=map_location, weights_only=weights_only is not False)
+    def load_checkpoint(
+        self, path: _Path, map_location: Any | None = lambda storage, loc: storage, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        """The checkpoint at ``path``. ``map_location`` as ``torch.load``'s: by default every tensor is loaded on
+        the CPU (a GPU checkpoint opens on a machine without one), as Lightning loads it."""
+        return checkpoint_io.load(path, map_location=map_location, weights_only=weights_only)
 
     def remove_checkpoint(self, path: _Path) -> None:
         cloud_io.remove(path)

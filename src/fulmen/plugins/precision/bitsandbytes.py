@@ -14,6 +14,7 @@ import torch
 
 from fulmen.plugins._unavailable import refuse, require_package
 from fulmen.precision import Precision
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 
 _MODES = ("nf4", "nf4-dq", "fp4", "fp4-dq", "int8", "int8-training")
 _INSTEAD = (
@@ -49,4 +50,12 @@ class BitsandbytesPrecision(Precision):
         refuse(f"BitsandbytesPrecision({self.mode!r}) (bitsandbytes quantisation)", _INSTEAD)
 
 
+FabricBNBPrecision = BitsandbytesPrecision  # Lightning Fabric's class, the base of Lightning's: fulmen's is the one class
+
 __all__ = ["BitsandbytesPrecision"]
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "BitsandbytesPrecisionPlugin": "fulmen._graveyard.BitsandbytesPrecisionPlugin",
+})  # fmt: skip

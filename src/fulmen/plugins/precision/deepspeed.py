@@ -12,6 +12,15 @@ import torch
 
 from fulmen.plugins._unavailable import refuse
 from fulmen.precision import Precision
+from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
+from fulmen.utilities.enums import GradClipAlgorithmType as GradClipAlgorithmType
+from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.model_helpers import is_overridden as is_overridden
+from fulmen.utilities.rank_zero import WarningCache as WarningCache
+from fulmen.utilities.types import Steppable as Steppable
+
+warning_cache = WarningCache()  # Lightning's module-level cache, for code that warns through it
 
 _SUPPORTED = ("32-true", "16-true", "bf16-true", "16-mixed", "bf16-mixed")
 _INSTEAD = (
@@ -38,3 +47,9 @@ class DeepSpeedPrecision(Precision):
 
 
 __all__ = ["DeepSpeedPrecision"]
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "DeepSpeedPrecisionPlugin": "fulmen._graveyard.DeepSpeedPrecisionPlugin",
+})  # fmt: skip

@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.core.mixins import DeviceDtypeModuleMixin
 from fulmen.precision import DoublePrecision
+from fulmen.precision import Precision as Precision
+from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_deprecation
 
 if TYPE_CHECKING:
@@ -60,3 +63,9 @@ class LightningDoublePrecisionModule(DeviceDtypeModuleMixin):
 
 
 __all__ = ["DoublePrecision", "LightningDoublePrecisionModule"]
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "DoublePrecisionPlugin": "fulmen._graveyard.DoublePrecisionPlugin",
+})  # fmt: skip

@@ -17,7 +17,11 @@ import torch
 from torch import Tensor
 
 from fulmen.precision import Precision, select_precision
+from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
+from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_warn
+from fulmen.utilities.types import Optimizable as Optimizable
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecision as TorchMixedPrecision
@@ -92,23 +96,20 @@ class FSDPPrecision(Precision):
     def module_init_context(self) -> contextlib.AbstractContextManager[Any]:
         return self._inner.module_init_context()
 
-    def pre_backward(self, tensor: Tensor) -> Tensor:
-        return self._inner.pre_backward(tensor)
+    def _scale_loss(self, tensor: Tensor) -> Tensor:
+        return self._inner._scale_loss(tensor)
 
     def unscale_gradients(self, optimizer: Optimizer) -> None:
         self._inner.unscale_gradients(optimizer)
 
-    def optimizer_step(
+    def _optimizer_step(
         self,
         optimizer: Optimizer,
         closure: Callable[[], Any],
         after_closure: Callable[[Optimizer], None] | None,
         **kwargs: Any,
     ) -> Any:
-        return self._inner.optimizer_step(optimizer, closure, after_closure, **kwargs)
-
-    def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str) -> None:
-        self._inner.clip_gradients(optimizer, clip_val, algorithm)
+        return self._inner._optimizer_step(optimizer, closure, after_closure, **kwargs)
 
     def step_was_skipped(self, optimizer: Optimizer) -> bool:
         return self._inner.step_was_skipped(optimizer)
@@ -127,3 +128,10 @@ class FSDPPrecision(Precision):
 
 
 __all__ = ["FSDPPrecision"]
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "FSDPMixedPrecisionPlugin": "fulmen._graveyard.FSDPMixedPrecisionPlugin",
+    "FSDPPrecisionPlugin": "fulmen._graveyard.FSDPPrecisionPlugin",
+})  # fmt: skip

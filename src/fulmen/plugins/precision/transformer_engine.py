@@ -13,6 +13,7 @@ import torch
 
 from fulmen.plugins._unavailable import refuse, require_package
 from fulmen.precision import Precision
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 
 _INSTEAD = (
     "For 16-bit training use Trainer(precision='bf16-mixed') or '16-mixed'; for FP8, torchao's float8 "
@@ -45,4 +46,12 @@ class TransformerEnginePrecision(Precision):
         refuse("TransformerEnginePrecision (TransformerEngine's FP8 layers)", _INSTEAD)
 
 
+FabricTEPrecision = TransformerEnginePrecision  # Lightning Fabric's class, the base of Lightning's: fulmen's is the one class
+
 __all__ = ["TransformerEnginePrecision"]
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "TransformerEnginePrecisionPlugin": "fulmen._graveyard.TransformerEnginePrecisionPlugin",
+})  # fmt: skip

@@ -11,7 +11,10 @@ import torch
 
 from fulmen.plugins._unavailable import XLA_INSTEAD, refuse, require_package
 from fulmen.precision import Precision
+from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
 from fulmen.utilities.imports import _XLA_AVAILABLE as _XLA_AVAILABLE
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.types import Optimizable as Optimizable
 
 _SUPPORTED = ("32-true", "16-true", "bf16-true")
 
@@ -20,7 +23,7 @@ class XLAPrecision(Precision):
     """``precision``: ``'32-true'``, ``'16-true'`` or ``'bf16-true'``."""
 
     def __init__(self, precision: str = "32-true") -> None:
-        require_package("torch_xla", "torch_xla>=1.13", "XLAPrecision", XLA_INSTEAD)
+        require_package("torch_xla", "torch_xla>=1.13", "XLAPrecision", XLA_INSTEAD, available=_XLA_AVAILABLE)
         if precision not in _SUPPORTED:
             raise ValueError(f"XLAPrecision(precision={precision!r}) is not supported. Use one of {list(_SUPPORTED)}.")
         self.name = precision
@@ -31,3 +34,9 @@ class XLAPrecision(Precision):
 
 
 __all__ = ["XLAPrecision"]
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "XLAPrecisionPlugin": "fulmen._graveyard.XLAPrecisionPlugin",
+})  # fmt: skip

@@ -9,6 +9,7 @@ after ``trainer.fit(model)`` sees the trained model as it would after a one-proc
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import re
@@ -20,11 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.multiprocessing as mp
+from torch import Tensor
 
+from fulmen.accelerators.cpu import CPUAccelerator as CPUAccelerator
 from fulmen.strategies.environment import LAUNCHER_VARIABLE
 from fulmen.strategies.launchers.launcher import FOLLOWS_ANOTHER_RANK, _Launcher
 from fulmen.strategies.launchers.subprocess_script import free_port
+from fulmen.utilities.apply_func import apply_to_collection
+from fulmen.utilities.apply_func import move_data_to_device as move_data_to_device
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.rank_zero import rank_zero_debug as rank_zero_debug
 
 if TYPE_CHECKING:
     from fulmen.core.module import LightningModule
@@ -73,6 +80,14 @@ class _MultiProcessingLauncher(_Launcher):
         if self.in_worker:
             return function(*args, **kwargs)
         name = self._strategy.strategy_name
+        if self._start_method == "spawn" and getattr(mp.current_process(), "_inheriting", False) is True:
+            # a spawned process imports the main module again before it runs its job: without a main guard,
+            # that import reaches fit() once more (it would start processes of its own, forever)
+            raise RuntimeError(
+                f"strategy={name!r} starts new processes with 'spawn', which requires that your script guards the "
+                "main code with `if __name__ == \"__main__\":` (the new processes import the script again; "
+                "unguarded, they would start training themselves)."
+            )
         if self._start_method != "spawn" and torch.cuda.is_initialized():
             raise MisconfigurationException(
                 f"strategy={name!r} forks this process, but CUDA is already initialised in it, and a forked process "
@@ -125,7 +140,24 @@ class _MultiProcessingLauncher(_Launcher):
             shutil.rmtree(result_dir, ignore_errors=True)
         if trainer is None:
             return payload["result"]
-        return _recover(trainer, args[0], payload)
+        result = _recover(trainer, args[0], payload)
+        self.update_main_process_results(trainer, payload["extra"])
+        return result
+
+    def get_extra_results(self, trainer: Any) -> dict[str, Any]:
+        """In rank 0's process, once the stage ran: what to send back to the main process besides the weights
+        and the loop state, as a dict :meth:`update_main_process_results` reads there. By default the
+        ``callback_metrics``, as bytes (tensors do not travel in shared memory). Override both to carry more."""
+        callback_metrics = apply_to_collection(trainer.callback_metrics, Tensor, lambda t: t.cpu())
+        buffer = io.BytesIO()
+        torch.save(callback_metrics, buffer)
+        return {"callback_metrics_bytes": buffer.getvalue()}
+
+    def update_main_process_results(self, trainer: Any, extra: dict[str, Any]) -> None:
+        """In the main process: restore on ``trainer`` what :meth:`get_extra_results` sent (by default the
+        ``callback_metrics``)."""
+        callback_metrics = torch.load(io.BytesIO(extra["callback_metrics_bytes"]), weights_only=True)
+        trainer.callback_metrics.update(callback_metrics)
 
     def kill(self, signum: int) -> None:
         for proc in self.procs:
@@ -161,7 +193,10 @@ def _worker(local_rank: int, env: dict[str, str], job: bytes | tuple[Any, ...], 
     if strategy.is_global_zero:
         # written to a temporary name first: the caller never reads a half-written file
         path = os.path.join(result_dir, _RESULT_FILE)
-        torch.save(_collect(trainer, result), path + ".tmp")
+        payload = _collect(trainer, result)
+        if trainer is not None:
+            payload["extra"] = launcher.get_extra_results(trainer)
+        torch.save(payload, path + ".tmp")
         os.replace(path + ".tmp", path)
     strategy.barrier()  # the file exists before any process ends
     torch.distributed.destroy_process_group()
@@ -202,3 +237,10 @@ def _recover(trainer: Any, module: LightningModule, payload: dict[str, Any]) -> 
             cb.dirpath = state["dirpath"]  # a checkpoint directory resolved in the worker (default_root_dir)
         cb.load_state_dict(state)
     return payload["result"]
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "TrainerFn": "fulmen.runtime.state.TrainerFn",
+    "TrainerState": "fulmen.runtime.state.TrainerState",
+})  # fmt: skip

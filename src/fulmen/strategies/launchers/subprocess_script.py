@@ -17,6 +17,8 @@ from fulmen.strategies.environment import LAUNCHER_VARIABLE, detect
 from fulmen.strategies.launchers.launcher import _Launcher
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _HYDRA_AVAILABLE as _HYDRA_AVAILABLE
+from fulmen.utilities.imports import RequirementCache as RequirementCache
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 
 
 def _script_command() -> list[str]:
@@ -168,3 +170,9 @@ class _SubprocessScriptLauncher(_Launcher):
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signum)
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "ClusterEnvironment": "fulmen.plugins.environments.ClusterEnvironment",
+})  # fmt: skip

@@ -8,8 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from fulmen.accelerators.xla import require_xla
 from fulmen.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+from fulmen.utilities.apply_func import move_data_to_device as move_data_to_device
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _XLA_AVAILABLE as _XLA_AVAILABLE
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.rank_zero import rank_zero_debug as rank_zero_debug
 
 if TYPE_CHECKING:
     from fulmen.strategies.xla import XLAStrategy
@@ -19,7 +22,7 @@ class _XLALauncher(_MultiProcessingLauncher):
     """Would start one process per XLA device with ``torch_xla``; needs ``torch_xla`` to be constructed."""
 
     def __init__(self, strategy: XLAStrategy) -> None:
-        require_xla("_XLALauncher")
+        require_xla("_XLALauncher", available=_XLA_AVAILABLE)
         super().__init__(strategy, start_method="fork")
 
     @property
@@ -32,3 +35,9 @@ class _XLALauncher(_MultiProcessingLauncher):
             "does not drive. Train on one XLA device (Trainer(accelerator='tpu', devices=1)), or on GPUs with "
             "strategy='ddp' / 'fsdp'."
         )
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "TrainerFn": "fulmen.runtime.state.TrainerFn",
+})  # fmt: skip

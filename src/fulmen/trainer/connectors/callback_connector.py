@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 from fulmen.callbacks.callback import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _RICH_AVAILABLE as _RICH_AVAILABLE
+from fulmen.utilities.imports import RequirementCache as RequirementCache
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.model_helpers import is_overridden as is_overridden
 from fulmen.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
@@ -85,3 +88,19 @@ def _reorder(callbacks: list[Callback]) -> list[Callback]:
     checkpoints = [cb for cb in callbacks if getattr(cb, "_is_checkpoint_callback", False)]
     others = [cb for cb in callbacks if not getattr(cb, "_is_checkpoint_callback", False)]
     return others + checkpoints
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "BatchSizeFinder": "fulmen.callbacks.batch_size_finder.BatchSizeFinder",
+    "Checkpoint": "fulmen.callbacks.checkpoint.Checkpoint",
+    "LearningRateFinder": "fulmen.callbacks.lr_finder.LearningRateFinder",
+    "LitLogger": "fulmen.loggers.litlogger.LitLogger",
+    "ModelCheckpoint": "fulmen.callbacks.model_checkpoint.ModelCheckpoint",
+    "ModelSummary": "fulmen.callbacks.model_summary.ModelSummary",
+    "ProgressBar": "fulmen.callbacks.progress.progress_bar.ProgressBar",
+    "RichModelSummary": "fulmen.callbacks.rich_model_summary.RichModelSummary",
+    "RichProgressBar": "fulmen.callbacks.progress.rich_progress.RichProgressBar",
+    "TQDMProgressBar": "fulmen.callbacks.progress.tqdm_progress.TQDMProgressBar",
+    "Timer": "fulmen.callbacks.timer.Timer",
+})  # fmt: skip

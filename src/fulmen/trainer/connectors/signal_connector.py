@@ -10,6 +10,9 @@ from __future__ import annotations
 import signal
 
 from fulmen.trainer.signals import SignalConnector
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.rank_zero import rank_prefixed_message as rank_prefixed_message
+from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
 
 
 class _SignalConnector(SignalConnector):
@@ -25,3 +28,9 @@ class _SignalConnector(SignalConnector):
 
 
 __all__ = ["SignalConnector"]
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "SLURMEnvironment": "fulmen.plugins.environments.SLURMEnvironment",
+})  # fmt: skip

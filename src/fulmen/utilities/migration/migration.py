@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_warn
 from fulmen.utilities.warnings import PossibleUserWarning
 
@@ -217,3 +218,10 @@ def _migrate_loop_structure_after_dataloader_loop_removal(checkpoint: _CHECKPOIN
         for key in [k for k in loop if k.startswith("epoch_loop.")]:
             loop[key.removeprefix("epoch_loop.")] = loop.pop(key)
     return checkpoint
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "EarlyStopping": "fulmen.callbacks.early_stopping.EarlyStopping",
+    "ModelCheckpoint": "fulmen.callbacks.model_checkpoint.ModelCheckpoint",
+})  # fmt: skip

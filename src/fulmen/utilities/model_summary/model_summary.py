@@ -32,6 +32,7 @@ _PRECISION_BITS = {"64": 64, "32": 32, "16": 16, "bf16": 16, "16-true": 16, "bf1
                    "64-true": 64}  # fmt: skip
 
 _warnings = WarningCache()
+warning_cache = _warnings  # Lightning's name of this module's cache
 
 
 def get_human_readable_count(number: int) -> str:
@@ -68,7 +69,7 @@ def _counts(p: torch.Tensor) -> bool:
     """False for a lazy module's parameter that has no shape yet (its size is unknown until a forward pass)."""
     if not isinstance(p, nn.parameter.UninitializedParameter) or _is_dtensor(p):
         return True
-    _warnings.warn(
+    warning_cache.warn(  # the module's name, read now: patching or clearing it reaches this
         "The total number of parameters detected may be inaccurate because the model contains an instance of "
         "`UninitializedParameter`. To get an accurate number, set `self.example_input_array` in your "
         "LightningModule."

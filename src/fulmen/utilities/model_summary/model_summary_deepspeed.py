@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fulmen.utilities.imports import RequirementCache as RequirementCache
 from fulmen.utilities.model_summary.model_summary import (
     LayerSummary,
     ModelSummary,

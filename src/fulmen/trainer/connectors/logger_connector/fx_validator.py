@@ -4,5 +4,6 @@ with which ``on_step`` / ``on_epoch`` values and defaults, is checked by
 ``MisconfigurationException`` naming it)."""
 
 from fulmen.runtime.results import ResultCollection
+from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
 
 __all__ = ["ResultCollection"]

@@ -8,14 +8,22 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from fulmen.runtime.metrics import MetricsHub
+from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
+from fulmen.utilities.apply_func import convert_tensors_to_scalars as convert_tensors_to_scalars
+from fulmen.utilities.apply_func import move_data_to_device as move_data_to_device
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _TENSORBOARD_AVAILABLE as _TENSORBOARD_AVAILABLE
 from fulmen.utilities.imports import _TENSORBOARDX_AVAILABLE as _TENSORBOARDX_AVAILABLE
+from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.model_helpers import is_mock
+from fulmen.utilities.rank_zero import WarningCache as WarningCache
+from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
 
 if TYPE_CHECKING:
     from fulmen.loggers.logger import Logger
     from fulmen.trainer.config import TrainerConfig
+
+warning_cache = WarningCache()  # Lightning's module-level cache, for code that warns through it
 
 __all__ = ["MetricsHub", "build_loggers"]
 
@@ -44,13 +52,30 @@ def build_loggers(config: TrainerConfig, default_root_dir: str) -> list[Logger]:
 
 
 def _default_logger(default_root_dir: str) -> Logger:
-    """TensorBoard when it is installed, else CSV: the same files and folders a Lightning run leaves."""
-    import importlib.util
-
+    """TensorBoard when ``tensorboard`` or ``tensorboardX`` is installed (the TensorBoardLogger writes through
+    either), else CSV, with Lightning's warning: the same files and folders a Lightning run leaves. Under a
+    SLURM batch job the version is the job's id (``version_<SLURM_JOB_ID>``), as in Lightning."""
     from fulmen.loggers.csv_logs import CSVLogger
 
-    if importlib.util.find_spec("tensorboard") is not None:
+    if _TENSORBOARD_AVAILABLE or _TENSORBOARDX_AVAILABLE:
         from fulmen.loggers.tensorboard import TensorBoardLogger
+        from fulmen.plugins.environments import SLURMEnvironment
 
-        return TensorBoardLogger(save_dir=default_root_dir, name="lightning_logs")
+        return TensorBoardLogger(save_dir=default_root_dir, name="lightning_logs", version=SLURMEnvironment.job_id())
+    warning_cache.warn(
+        "Starting from v1.9.0, `tensorboardX` has been removed as a dependency of the `lightning.pytorch` package, "
+        "due to potential conflicts with other packages in the ML ecosystem. For this reason, `logger=True` will "
+        "use `CSVLogger` as the default logger, unless the `tensorboard` or `tensorboardX` packages are found. "
+        "Please `pip install lightning[extra]` or one of them to enable TensorBoard support by default"
+    )
     return CSVLogger(save_dir=default_root_dir, name="lightning_logs")
+
+
+# names Lightning's module holds, which libraries import from here; this module's code does not use them
+__getattr__ = _lazy_aliases(__name__, {
+    "CSVLogger": "fulmen.loggers.csv_logs.CSVLogger",
+    "LitLogger": "fulmen.loggers.litlogger.LitLogger",
+    "Logger": "fulmen.loggers.logger.Logger",
+    "SLURMEnvironment": "fulmen.plugins.environments.SLURMEnvironment",
+    "TensorBoardLogger": "fulmen.loggers.tensorboard.TensorBoardLogger",
+})  # fmt: skip
