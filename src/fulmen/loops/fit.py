@@ -47,6 +47,7 @@ from fulmen.loops import resume
 from fulmen.loops.evaluation import EvaluationLoop
 from fulmen.loops.fetcher import PrefetchIterator, prefetch_iterator
 from fulmen.loops.loader_state import data_parts
+from fulmen.loops.progress import Progress, progress_view
 from fulmen.loops.training_epoch import TrainingEpochLoop, can_stop_early, max_steps_reached
 from fulmen.runtime.results import ResultCollection
 from fulmen.runtime.rng import capture_generator_states, capture_rng, restore_generator_states, restore_rng
@@ -115,6 +116,31 @@ class FitLoop:
     def max_batches(self) -> int | float:
         """Training batches per epoch (``trainer.num_training_batches``), known once the data is set up."""
         return self.context.batches.train
+
+    @max_batches.setter
+    def max_batches(self, value: int | float) -> None:
+        """A callback may cut the running epoch short (or lengthen it), as with Lightning's fit loop."""
+        self.context.batches.train = value
+
+    # -- Lightning's loop state, as views of fulmen's (read by callbacks and libraries) --------------------------
+    @property
+    def epoch_progress(self) -> Progress:
+        """Epochs: ``current`` / ``total`` with ``ready`` / ``started`` / ``processed`` / ``completed``."""
+        return progress_view(self.context.progress, lambda: self.epoch_loop.is_last_batch, "epoch_progress")
+
+    @property
+    def batch_idx(self) -> int:
+        """The index of the running (or last) batch in this epoch."""
+        return self.epoch_loop.batch_idx
+
+    @property
+    def total_batch_idx(self) -> int:
+        return self.epoch_loop.total_batch_idx
+
+    @property
+    def restarting(self) -> bool:
+        """Whether the loop is continuing a run restored from a checkpoint (until its first new batch)."""
+        return self._resume is not None
 
     @property
     def train_dataloader(self) -> Any:

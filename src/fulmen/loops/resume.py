@@ -175,18 +175,22 @@ def _idle_eval_loop() -> dict[str, Any]:
     return {"state_dict": {}, "batch_progress": _batch_progress(dict(zero), dict(zero), False)}
 
 
-def loops_state_dict(fit: FitLoop) -> dict[str, Any]:
-    """``checkpoint["loops"]`` with Lightning's keys and counters, plus fulmen's exact-resume state."""
-    progress = fit.context.progress
+def progress_counters(progress: FitProgress, is_last_batch: bool) -> dict[str, Any]:
+    """Lightning's progress trackers of the fit loop (``ready`` / ``started`` / ``processed`` / ``completed``,
+    ``current`` for this epoch, ``total`` for the run), computed from fulmen's counters and loop phase: what a
+    checkpoint records under ``loops``, and what ``fit_loop.epoch_progress`` / ``epoch_loop.batch_progress`` read
+    (one source of truth, computed only when read)."""
     phase = progress.phase
     epoch, b, tb = progress.current_epoch, progress.batch_idx, progress.total_batch_idx
-    if phase is LoopPhase.BATCH:  # written inside the batch: Lightning counts it processed, not completed
+    if phase is LoopPhase.BETWEEN:  # the next batch fetched, its start hooks running: ready, not started
+        cur, tot = _counts(b + 1, b, b, b), _counts(tb + 1, tb, tb, tb)
+    elif phase is LoopPhase.BATCH:  # inside the batch: Lightning counts it processed, not completed
         cur, tot = _counts(b, b - 1, b, b), _counts(tb + 1, tb, tb + 1, tb + 1)
     elif phase is LoopPhase.VALIDATION:
         cur, tot = _counts(b, b, b, b), _counts(tb + 1, tb + 1, tb + 1, tb + 1)
     else:
         cur, tot = _counts(b, b, b, b), _counts(tb, tb, tb, tb)
-    if phase in (LoopPhase.BATCH, LoopPhase.VALIDATION, LoopPhase.EPOCH_START):
+    if phase in (LoopPhase.BETWEEN, LoopPhase.BATCH, LoopPhase.VALIDATION, LoopPhase.EPOCH_START):
         epoch_counts = _counts(epoch + 1, epoch, epoch + 1, epoch)
     elif phase is LoopPhase.EPOCH_END:
         epoch_counts = _counts(epoch + 1, epoch, epoch + 1, epoch + 1)
@@ -195,28 +199,35 @@ def loops_state_dict(fit: FitLoop) -> dict[str, Any]:
     steps = progress.global_step
     epoch_steps = steps - progress.epoch_start_step
     sched = progress.scheduler_steps
-    step_counts = {"total": _counts(steps, steps), "current": _counts(epoch_steps, epoch_steps)}
-    zero_grad = {
-        "total": _counts(steps, steps, steps),
-        "current": _counts(epoch_steps, epoch_steps, epoch_steps),
+    return {
+        "epoch_progress": {"total": epoch_counts, "current": dict(epoch_counts)},
+        "batch_progress": _batch_progress(cur, tot, is_last_batch),
+        "scheduler_progress": {"total": _counts(sched.total, sched.total), "current": _counts(sched.epoch, sched.epoch)},
+        "optimizer_step": {"total": _counts(steps, steps), "current": _counts(epoch_steps, epoch_steps)},
+        "zero_grad": {"total": _counts(steps, steps, steps), "current": _counts(epoch_steps, epoch_steps, epoch_steps)},
     }
+
+
+def loops_state_dict(fit: FitLoop) -> dict[str, Any]:
+    """``checkpoint["loops"]`` with Lightning's keys and counters, plus fulmen's exact-resume state."""
+    progress = fit.context.progress
+    counters = progress_counters(progress, fit.epoch_loop.is_last_batch)
+    step_counts, zero_grad = counters["optimizer_step"], counters["zero_grad"]
     zero = _counts(0, 0, 0, 0)
     fulmen = resume_state(fit)
     loaders = fulmen.pop("loader_states", None)
     fit_state = {
         "state_dict": {"fulmen": fulmen, **({"combined_loader": loaders} if loaders else {})},
         "epoch_loop.state_dict": {"_batches_that_stepped": progress.batches_that_stepped},
-        "epoch_loop.batch_progress": _batch_progress(cur, tot, fit.epoch_loop.is_last_batch),
-        "epoch_loop.scheduler_progress": {"total": _counts(sched.total, sched.total),
-                                          "current": _counts(sched.epoch, sched.epoch)},
+        "epoch_loop.batch_progress": counters["batch_progress"],
+        "epoch_loop.scheduler_progress": counters["scheduler_progress"],
         "epoch_loop.automatic_optimization.state_dict": {},
         "epoch_loop.automatic_optimization.optim_progress": {"optimizer": {"step": step_counts, "zero_grad": zero_grad}},
         "epoch_loop.manual_optimization.state_dict": {},
-        "epoch_loop.manual_optimization.optim_step_progress": {"total": _counts(steps, steps),
-                                                               "current": _counts(epoch_steps, epoch_steps)},
+        "epoch_loop.manual_optimization.optim_step_progress": dict(step_counts),
         "epoch_loop.val_loop.state_dict": {},
         "epoch_loop.val_loop.batch_progress": _batch_progress(dict(zero), dict(zero), False),
-        "epoch_progress": {"total": epoch_counts, "current": dict(epoch_counts)},
+        "epoch_progress": counters["epoch_progress"],
     }  # fmt: skip
     predict = _idle_eval_loop()
     predict["batch_progress"].pop("is_last_batch")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fulmen.loops.evaluation import ValidationInterrupted
 from fulmen.loops.fetcher import PrefetchIterator
 from fulmen.loops.optimization import AutomaticOptimization, ManualOptimization
+from fulmen.loops.progress import Progress, progress_view
 from fulmen.runtime.rng import capture_rng, restore_rng
 from fulmen.runtime.state import LoopPhase
 from fulmen.strategies.strategy import Strategy
@@ -62,6 +63,34 @@ class TrainingEpochLoop:
         self._automatic = True
         self._validates = True  # validation can run in this fit at all (else no per-batch schedule check)
         self.validation_interrupted = False  # a signal stopped this batch's validation: it is still to run
+
+    # -- Lightning's loop state, as views of fulmen's (read by callbacks and libraries) --------------------------
+    @property
+    def batch_progress(self) -> Progress:
+        """Batches: ``current`` (this epoch) / ``total`` counts and ``is_last_batch``."""
+        return progress_view(self.context.progress, lambda: self._is_last_batch, "batch_progress")
+
+    @property
+    def scheduler_progress(self) -> Progress:
+        return progress_view(self.context.progress, lambda: self._is_last_batch, "scheduler_progress")
+
+    @property
+    def batch_idx(self) -> int:
+        """The index of the running (or last) batch in this epoch: batches made ready, less one."""
+        return int(self.batch_progress.current.ready) - 1
+
+    @property
+    def total_batch_idx(self) -> int:
+        """The same across the run's epochs."""
+        return int(self.batch_progress.total.ready) - 1
+
+    @property
+    def automatic_optimization(self) -> AutomaticOptimization:
+        return self.automatic
+
+    @property
+    def manual_optimization(self) -> ManualOptimization:
+        return self.manual
 
     @property
     def is_last_batch(self) -> bool:
