@@ -26,8 +26,6 @@ DELIBERATE = {
     "metrics at most ten times a second (each read is a host-device sync), not at every batch",
     r"test_datamodules::test_dm_init_from_datasets_dataloaders": "from_datasets pins memory only where a GPU "
     "exists (pinning on a CPU-only machine only warns)",
-    r"test_hparams::test_collect_init_arguments\[AggSubClassBoringModel\]": "checkpoints hold plain values "
-    "only: a module passed to __init__ is asked for on load instead of unpickled",
     r"test_model_checkpoint::test_model_checkpoint_save_last_as_link_not_local": "save_last='link' on a store "
     "without links writes a copy instead of failing",
     r"test_hooks::test_trainer_model_hook_system_fit(\[|_no_val_and_resume)": "checkpoints carry Lightning's "
