@@ -114,7 +114,21 @@ class _SamplerAsDataset(Dataset):
         self._drawn = list(self._sampler)
 
 
-class UnrepeatedDistributedSamplerWrapper(UnrepeatedDistributedSampler):
+class _SharesOutASampler:
+    """A distributed sampler over the positions of another sampler's indices (``dataset`` is a
+    ``_SamplerAsDataset``): each pass draws the wrapped sampler afresh and yields its indices at the positions
+    this process gets."""
+
+    dataset: Any
+
+    def __iter__(self) -> Iterator[Any]:
+        drawn = self.dataset
+        assert isinstance(drawn, _SamplerAsDataset)
+        drawn.reset()
+        return (drawn[position] for position in super().__iter__())  # type: ignore[misc]
+
+
+class UnrepeatedDistributedSamplerWrapper(_SharesOutASampler, UnrepeatedDistributedSampler):
     """Shares out what another ``sampler`` yields (a weighted or custom sampler) like
     :class:`UnrepeatedDistributedSampler`: each of its indices goes to exactly one process. The wrapped sampler
     is drawn afresh at every pass."""
@@ -122,14 +136,8 @@ class UnrepeatedDistributedSamplerWrapper(UnrepeatedDistributedSampler):
     def __init__(self, sampler: Sampler[Any] | Iterable[Any], *args: Any, **kwargs: Any) -> None:
         super().__init__(_SamplerAsDataset(sampler), *args, **kwargs)
 
-    def __iter__(self) -> Iterator[Any]:
-        drawn = self.dataset
-        assert isinstance(drawn, _SamplerAsDataset)
-        drawn.reset()
-        return (drawn[position] for position in super().__iter__())
 
-
-class DistributedSamplerWrapper(DistributedSampler):
+class DistributedSamplerWrapper(_SharesOutASampler, DistributedSampler):
     """Shares out what another ``sampler`` yields (a weighted or custom sampler) as a ``DistributedSampler``
     shares out a data set: each process gets every ``num_replicas``-th of the sampler's indices, padded to equal
     shares. The wrapped sampler is drawn afresh at every pass and chooses the order: ``shuffle`` and ``seed``
@@ -137,12 +145,6 @@ class DistributedSamplerWrapper(DistributedSampler):
 
     def __init__(self, sampler: Sampler[Any] | Iterable[Any], *args: Any, **kwargs: Any) -> None:
         super().__init__(_SamplerAsDataset(sampler), *args, **kwargs)
-
-    def __iter__(self) -> Iterator[Any]:
-        drawn = self.dataset
-        assert isinstance(drawn, _SamplerAsDataset)
-        drawn.reset()
-        return (drawn[position] for position in super().__iter__())
 
     def set_epoch(self, epoch: int) -> None:
         super().set_epoch(epoch)
