@@ -95,14 +95,18 @@ def _recording_module(boring: Any, events: list[str]) -> Any:
     return Model()
 
 
-def _strategy_events(pl: Any, boring: Any) -> list[str]:
-    events: list[str] = []
-    trainer = pl.Trainer(strategy=_recording_strategy(pl, events), **_FLAGS)
-    model = _recording_module(boring, events)
+def _every_stage(trainer: Any, model: Any, events: list[str]) -> list[str]:
+    """fit, validate, test and predict in turn, each marked in ``events``."""
     for stage in ("fit", "validate", "test", "predict"):
         events.append(f"-- {stage}")
         getattr(trainer, stage)(model)
     return events
+
+
+def _strategy_events(pl: Any, boring: Any) -> list[str]:
+    events: list[str] = []
+    trainer = pl.Trainer(strategy=_recording_strategy(pl, events), **_FLAGS)
+    return _every_stage(trainer, _recording_module(boring, events), events)
 
 
 @oracle.parity
@@ -157,11 +161,7 @@ def _precision_events(pl: Any, boring: Any) -> list[str]:
 
         setattr(Recorder, name, context)
     trainer = pl.Trainer(plugins=[Recorder()], gradient_clip_val=0.5, **_FLAGS)
-    model = _recording_module(boring, events)
-    for stage in ("fit", "validate", "test", "predict"):
-        events.append(f"-- {stage}")
-        getattr(trainer, stage)(model)
-    return events
+    return _every_stage(trainer, _recording_module(boring, events), events)
 
 
 @oracle.parity
