@@ -115,17 +115,50 @@ def test_early_stopping_reads_its_mode_tables():
 
     stopper = AtLeast("acc", mode="max_or_equal", min_delta=0.5, stopping_threshold=0.9)
     assert stopper.monitor_op is torch.ge and stopper.min_delta == -0.5 and stopper.best_score == torch.inf
-    reason, message = stopper._evaluate(torch.tensor(0.9))
-    assert reason is not None and ">= stopping_threshold=0.9" in message
+    should_stop, message = stopper._evaluate_stopping_criteria(torch.tensor(0.9))
+    assert should_stop and ">= stopping_threshold=0.9" in message
+    assert stopper.stopping_reason.name == "STOPPING_THRESHOLD"
     with pytest.raises(MisconfigurationException, match="min, max, got avg"):
         EarlyStopping("loss", mode="avg")
+
+
+def _phases_run(pl, tmp_path):
+    """A subclass overriding EarlyStopping's decision step (as finetuning-scheduler's does): when patience runs out
+    it counts a phase and goes on instead of stopping, until the third phase."""
+
+    class Phases(pl.callbacks.EarlyStopping):
+        phases = 0
+
+        def _evaluate_stopping_criteria(self, current):
+            should_stop, reason = super()._evaluate_stopping_criteria(current)
+            if should_stop and self.phases < 2:
+                self.phases += 1
+                self.wait_count = 0
+                return False, reason
+            return should_stop, reason
+
+    class Model(importlib.import_module(f"{pl.__name__}.demos.boring_classes").BoringModel):
+        def validation_step(self, batch, batch_idx):
+            self.log("score", float(self.current_epoch % 2))  # no improvement after the first epoch
+
+    stopper = Phases(monitor="score", patience=1)
+    trainer = pl.Trainer(default_root_dir=tmp_path, callbacks=[stopper], max_epochs=20, limit_train_batches=2,
+                         limit_val_batches=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)  # fmt: skip
+    trainer.fit(Model())
+    return stopper.phases, stopper.stopped_epoch, trainer.current_epoch, stopper.stopping_reason.name
+
+
+@oracle.parity
+def test_a_subclass_overriding_the_stopping_decision_steers_the_run_as_in_lightning(tmp_path):
+    assert _phases_run(fulmen, tmp_path / "f") == _phases_run(oracle.lightning(), tmp_path / "l")
 
 
 @oracle.parity
 def test_finder_modes_and_bar_format_are_lightnings():
     pl = oracle.lightning()
     assert LearningRateFinder.SUPPORTED_MODES == pl.callbacks.LearningRateFinder.SUPPORTED_MODES
-    assert LearningRateFinder(mode="Linear")._options["mode"] == "linear"  # lower-cased, as in Lightning
+    assert LearningRateFinder(mode="Linear")._mode == "linear"  # lower-cased, as in Lightning
     for cls in (LearningRateFinder, pl.callbacks.LearningRateFinder):
         with pytest.raises(ValueError, match=r"`mode` should be either of \('linear', 'exponential'\)"):
             cls(mode="cosine")
@@ -260,3 +293,83 @@ def test_the_summaries_go_through_summarize(capsys):
                              callbacks=[Quiet(max_depth=1, extra=1)])  # fmt: skip
     trainer.fit(_boring(fulmen))
     assert seen == [(["layer"], 66, 0, {"extra": 1})] and "Total params" not in capsys.readouterr().out
+
+
+# -- __init__ chaining, as Lightning's ------------------------------------------------------------------------
+_INIT_ARGS = {
+    "StochasticWeightAveraging": {"swa_lrs": 0.1}, "GradientAccumulationScheduler": {"scheduling": {0: 1}},
+    "ModelPruning": {"pruning_fn": "l1_unstructured"}, "EarlyStopping": {"monitor": "x"},
+    "ThroughputMonitor": {"batch_size_fn": len}, "OnExceptionCheckpoint": {"dirpath": "."},
+}  # fmt: skip
+
+
+def _reaches_mixin(cls):
+    """Whether ``cls.__init__`` hands on to the next class of the MRO (a mixin inherited after it)."""
+
+    class Mixin:
+        def __init__(self, *args, **kwargs):
+            self.mixin_initialised = True
+
+    subclass = type("WithMixin", (cls, Mixin), {})
+    return getattr(subclass(**_INIT_ARGS.get(cls.__name__, {})), "mixin_initialised", False)
+
+
+_CALLBACK_CLASSES = [
+    n for n in fulmen.callbacks.__all__
+    if inspect.isclass(getattr(fulmen.callbacks, n)) and issubclass(getattr(fulmen.callbacks, n), fulmen.Callback)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", _CALLBACK_CLASSES)
+def test_init_reaches_a_mixin_exactly_when_lightnings_does(name):
+    """A library's ``class FTSCheckpoint(ModelCheckpoint, CallbackResolverMixin)`` sets its mixin's attributes
+    through ModelCheckpoint's ``super().__init__()``; a class whose Lightning ``__init__`` does not chain must not
+    chain here either (the subclass calls the mixin's ``__init__`` itself, and it must run once)."""
+    lightning_callbacks = importlib.import_module("lightning.pytorch.callbacks")
+    if not hasattr(lightning_callbacks, name):
+        pytest.skip(f"{name} is fulmen's own")
+    assert _reaches_mixin(getattr(fulmen.callbacks, name)) == _reaches_mixin(getattr(lightning_callbacks, name))
+
+
+# -- the finders' arguments under Lightning's names, and their early exit ------------------------------------
+def _early_exit_run(pl, finder_name):
+    from torch.utils.data import DataLoader
+
+    boring = importlib.import_module(f"{pl.__name__}.demos.boring_classes")
+
+    class Model(boring.BoringModel):
+        def __init__(self, batch_size=2, lr=0.1):
+            super().__init__()
+            self.batch_size, self.lr = batch_size, lr
+
+        def train_dataloader(self):
+            return DataLoader(boring.RandomDataset(32, 64), batch_size=self.batch_size)
+
+    calls = []
+
+    class Recorder(pl.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            calls.append("on_train_epoch_start")
+
+        def teardown(self, trainer, pl_module, stage):
+            calls.append(f"teardown:{stage}")
+
+    finder = getattr(pl.callbacks, finder_name)()
+    finder._early_exit = True
+    trainer = pl.Trainer(callbacks=[finder, Recorder()], max_epochs=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    returned = trainer.fit(Model())
+    return returned, trainer.state.status.value, trainer.state.stage, calls, trainer.global_step
+
+
+@pytest.mark.parametrize("finder", ["BatchSizeFinder", "LearningRateFinder"])
+def test_a_finder_with_early_exit_ends_the_fit_after_its_search_as_lightnings(finder):
+    """``_early_exit = True`` (what the Tuner sets): the search runs, then the fit ends finished, torn down, without
+    training (a library driving the finders itself relies on it)."""
+    assert _early_exit_run(fulmen, finder) == _early_exit_run(oracle.lightning(), finder)
+
+
+def test_the_finders_keep_their_arguments_under_lightnings_attribute_names():
+    for name in ("LearningRateFinder", "BatchSizeFinder"):
+        ours, theirs = getattr(fulmen.callbacks, name)(), getattr(oracle.lightning().callbacks, name)()
+        assert {k: v for k, v in vars(ours).items() if k in vars(theirs)} == vars(theirs)

@@ -15,7 +15,7 @@ How to run (from the repository root)::
 
 How long: the first run installs the libraries (a minute or two). Then, on 2 CPU cores shared with other work,
 optuna-integration takes 4 to 8 minutes per mode (its DDP tests start two processes with ``ddp_spawn``, four
-times), torchmetrics under a minute per mode, finetuning-scheduler 10 to 20 minutes per mode: about 30 to 60
+times), torchmetrics under a minute per mode, finetuning-scheduler 1 to 2 minutes per mode: about 10 to 25
 minutes in all. ``--mode fulmen`` halves it once the baseline is known.
 
 What it sets up:
@@ -45,10 +45,10 @@ The chosen test files (those that train through the Trainer):
 - **finetuning-scheduler** (2.14.1, tests at the stored repository's HEAD, 2.14.0.dev0: no newer tag is
   stored): ``tests/test_finetuning_scheduler_callback.py``, the tests of its ``FinetuningScheduler`` callback,
   which thaws a module's layers phase by phase during ``fit`` and works closely with the Trainer's
-  checkpointing, early stopping and optimizers (147 tests). Its FSDP and model-parallel files need GPUs. On
-  fulmen its tests do not collect: the library imports ``_ResultMetric`` and drives Lightning's private trainer
-  objects (``trainer._checkpoint_connector``, ``trainer._results``, ``trainer._callback_connector``), which
-  fulmen does not imitate. It stays in the list to show how far such a library gets.
+  checkpointing, early stopping and optimizers (147 tests). Its FSDP and model-parallel files need GPUs. The
+  library drives Lightning's private trainer objects (``trainer._checkpoint_connector``, ``trainer._results``,
+  ``trainer._callback_connector``, ``trainer._accelerator_connector``) and loop state
+  (``fit_loop.epoch_progress``, ``epoch_loop.global_step``), which fulmen has as views of its own state.
 
 Forecasting and tabular libraries built on Lightning are left out on purpose: they are kept for an
 independent check.

@@ -94,3 +94,47 @@ def test_max_batches_can_be_set_by_a_callback():
                              enable_model_summary=False, callbacks=[Cut()])  # fmt: skip
     trainer.fit(BoringModel(), DataLoader(RandomDataset(32, 12), batch_size=2))
     assert taken == [0, 1] and trainer.num_training_batches == 2
+
+
+def _written(name: str) -> list[Any]:
+    """A callback that sets the trackers (as libraries do to move a run's step and batch counters, and to reset
+    them before fitting the same trainer again), and what the run then counts."""
+    if name != "fulmen":
+        oracle.lightning()
+    pl = importlib.import_module(name)
+    boring = importlib.import_module(name + ".demos.boring_classes")
+    seen: list[Any] = []
+
+    class Writer(pl.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            epoch_loop = trainer.fit_loop.epoch_loop
+            if trainer.current_epoch == 1:
+                epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed = 100
+                epoch_loop.batch_progress.total.ready = 51  # total_batch_idx 50
+                epoch_loop.batch_progress.total.completed = 50
+            seen.append(("epoch start", trainer.current_epoch, trainer.global_step, trainer.fit_loop.total_batch_idx))
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            seen.append(("batch end", trainer.global_step, trainer.fit_loop.total_batch_idx, trainer.fit_loop.batch_idx))
+
+    args = dict(limit_train_batches=2, limit_val_batches=0, logger=False, enable_progress_bar=False,
+                enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = pl.Trainer(max_epochs=3, callbacks=[Writer()], **args)
+        trainer.fit(boring.BoringModel())
+        fit = trainer.fit_loop
+        fit.epoch_progress.reset()
+        fit.epoch_loop.batch_progress.reset()
+        fit.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed = 0
+        seen.append(("reset", trainer.current_epoch, trainer.global_step, fit.epoch_loop.batch_progress.total.ready))
+        trainer.fit(boring.BoringModel())
+    seen.append(("end", trainer.current_epoch, trainer.global_step))
+    return seen
+
+
+@oracle.parity
+def test_writing_the_trackers_moves_the_runs_counters_as_in_lightning():
+    ours, theirs = _written("fulmen"), _written("lightning.pytorch")
+    assert ("epoch start", 1, 100, 50) in theirs
+    assert ours == theirs

@@ -95,6 +95,60 @@ def _counters_seen_on_resume(pl: Any, root: Path, case: str) -> list[tuple[str, 
     return seen
 
 
+def _hooks_of_a_resumed_run(pl: Any, root: Path, written: str) -> list[tuple[Any, ...]]:
+    """A first run stopped by EarlyStopping, its checkpoint written in the validation after an epoch's last batch
+    (``written="after last batch"``) or every 5 steps (``"mid-epoch"``: the last at step 10, inside the third
+    epoch); then a fit resumed from its last file,
+    with the default sanity check: the hooks it calls, with epoch and step."""
+    from importlib import import_module
+
+    boring = import_module(f"{pl.__name__}.demos.boring_classes").BoringModel
+
+    class Model(boring):
+        def validation_step(self, batch, batch_idx):
+            self.log("score", float(self.current_epoch >= 1))  # improves once, then stalls
+
+    seen: list[tuple[Any, ...]] = []
+
+    class Recorder(pl.Callback):
+        def on_sanity_check_start(self, trainer, pl_module):
+            seen.append(("on_sanity_check_start",))
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            seen.append(("on_train_epoch_start", trainer.current_epoch, trainer.global_step))
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            seen.append(("on_train_epoch_end", trainer.current_epoch, trainer.global_step))
+
+    args = dict(limit_train_batches=4, limit_val_batches=1, logger=False, enable_progress_bar=False,
+                enable_model_summary=False)  # fmt: skip
+    every = {"every_n_train_steps": 5} if written == "mid-epoch" else {"save_on_train_epoch_end": False}
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=root, save_top_k=-1, **every)
+    stopper = pl.callbacks.EarlyStopping("score", patience=0, mode="max", check_on_train_epoch_end=False)
+    first = pl.Trainer(default_root_dir=root, callbacks=[checkpoint, stopper], max_epochs=10, **args)
+    first.fit(Model())
+    last = max(root.glob("*.ckpt"), key=lambda p: int(p.stem.split("step=")[1]))
+    seen.append(("first run stopped at", first.current_epoch, first.global_step, last.name))
+    resumed = pl.Trainer(default_root_dir=root, callbacks=[Recorder()], max_epochs=4, enable_checkpointing=False,
+                         **args)  # fmt: skip
+    resumed.fit(Model(), ckpt_path=str(last))
+    seen.append(("resumed run ended at", resumed.current_epoch, resumed.global_step))
+    return seen
+
+
+@parity
+@pytest.mark.parametrize("written", ["after last batch", "mid-epoch"])
+def test_a_run_resumed_after_early_stopping_trains_on_as_in_lightning(tmp_path, written):
+    """The stop decision is not part of the resumed state (the resumed fit trains to its own limits); a run that
+    goes on inside an epoch has no sanity check; an epoch whose last batch ran before the checkpoint only ends
+    (no on_train_epoch_start). From the middle of an epoch, on_train_epoch_start runs again (deliberate)."""
+    ours = _hooks_of_a_resumed_run(fulmen, tmp_path / "fulmen", written)
+    theirs = _hooks_of_a_resumed_run(oracle.lightning(), tmp_path / "lightning", written)
+    if written == "mid-epoch":
+        assert ours.pop(1) == ("on_train_epoch_start", 2, 10)
+    assert ours == theirs
+
+
 @parity
 @pytest.mark.parametrize("case", ["epoch end", "epoch end, validation", "mid-epoch"])
 def test_hooks_of_a_resumed_fit_see_lightnings_epoch_and_step(tmp_path, case):

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from fulmen.callbacks.callback import Callback
 from fulmen.tuner.batch_size_scaling import check_arguments, scale_batch_size
 from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
+from fulmen.utilities.exceptions import _TunerExitException
 from fulmen.utilities.parsing import lightning_hasattr as lightning_hasattr
 from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
 
@@ -39,13 +40,15 @@ class BatchSizeFinder(Callback):
         max_val: int | None = 8192,
     ) -> None:
         check_arguments(mode, "fit", steps_per_trial, init_val, max_trials, margin, max_val)
-        self.mode = mode
-        self.steps_per_trial = steps_per_trial
-        self.init_val = init_val
-        self.max_trials = max_trials
-        self.batch_arg_name = batch_arg_name
-        self.margin = margin
-        self.max_val = max_val
+        # the arguments under Lightning's attribute names (subclasses and libraries read and set them)
+        self._mode = mode
+        self._steps_per_trial = steps_per_trial
+        self._init_val = init_val
+        self._max_trials = max_trials
+        self._batch_arg_name = batch_arg_name
+        self._margin = margin
+        self._max_val = max_val
+        self._early_exit = False  # True: the run ends once the search is done (what Tuner.scale_batch_size does)
         self.optimal_batch_size: int | None = init_val
         self._done = False
 
@@ -67,12 +70,14 @@ class BatchSizeFinder(Callback):
                 data.replace(stage, rebuilt[argument])
 
         self.optimal_batch_size = scale_batch_size(
-            trainer, pl_module, datamodule=trainer.datamodule, method=method, mode=self.mode,
-            steps_per_trial=self.steps_per_trial, init_val=self.init_val, max_trials=self.max_trials,
-            batch_arg_name=self.batch_arg_name, margin=self.margin, max_val=self.max_val,
+            trainer, pl_module, datamodule=trainer.datamodule, method=method, mode=self._mode,
+            steps_per_trial=self._steps_per_trial, init_val=self._init_val, max_trials=self._max_trials,
+            batch_arg_name=self._batch_arg_name, margin=self._margin, max_val=self._max_val,
             on_result=swap_loader, **({argument: passed} if passed is not None else {}),
         )  # fmt: skip
         self._done = True
+        if self._early_exit:
+            raise _TunerExitException()
 
     def _once(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self._done:

@@ -103,43 +103,46 @@ class EarlyStopping(Callback):
                 trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch == 1
             )
 
-    def _skip(self, trainer: Trainer) -> bool:
+    # The check is split into Lightning's steps, under its names: subclasses override them (finetuning-scheduler's
+    # FTSEarlyStopping replaces `_evaluate_stopping_criteria` to move to the next phase instead of stopping).
+    def _should_skip_check(self, trainer: Trainer) -> bool:
         return trainer.state.fn is None or trainer.state.fn.value != "fit" or trainer.sanity_checking
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._check_on_train_epoch_end and not self._skip(trainer):
-            self._run_check(trainer)
+        if self._check_on_train_epoch_end and not self._should_skip_check(trainer):
+            self._run_early_stopping_check(trainer)
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not self._check_on_train_epoch_end and not self._skip(trainer):
-            self._run_check(trainer)
+        if not self._check_on_train_epoch_end and not self._should_skip_check(trainer):
+            self._run_early_stopping_check(trainer)
 
-    def _metric_available(self, metrics: dict[str, Any]) -> bool:
-        if self.monitor in metrics:
+    def _validate_condition_metric(self, logs: dict[str, Any]) -> bool:
+        """Whether the monitored key was logged (if not: an error when ``strict``, else a warning when verbose)."""
+        if self.monitor in logs:
             return True
         message = (
             f"EarlyStopping(monitor={self.monitor!r}) found no logged metric of that name. Log it with "
-            f"self.log({self.monitor!r}, value), or monitor one of: {sorted(metrics)}."
+            f"self.log({self.monitor!r}, value), or monitor one of: {sorted(logs)}."
         )
         if self.strict:
             raise RuntimeError(message)
         if self.verbose:
-            rank_zero_warn(message)
+            rank_zero_warn(message, category=RuntimeWarning)
         return False
 
-    def _run_check(self, trainer: Trainer) -> None:
+    def _run_early_stopping_check(self, trainer: Trainer) -> None:
+        """Read the monitored value, decide, and stop every process if any one decided to stop."""
         metrics = trainer.callback_metrics
-        if trainer.fast_dev_run or not self._metric_available(metrics):
+        if trainer.fast_dev_run or not self._validate_condition_metric(metrics):
             return
         current = torch.as_tensor(metrics[self.monitor]).detach().squeeze().cpu()  # sync: read once per check
-        why, reason = self._evaluate(current)
-        should_stop = trainer.strategy.reduce_boolean_decision(why is not None, all=False)
+        stop_here, reason = self._evaluate_stopping_criteria(current)
+        should_stop = trainer.strategy.reduce_boolean_decision(stop_here, all=False)
         trainer.should_stop = trainer.should_stop or should_stop
         if should_stop:
             self.stopped_epoch = trainer.current_epoch
-            # another rank's check may have decided it: this rank's own reason, if it has one
-            self.stopping_reason = why or EarlyStoppingReason.NOT_STOPPED
-            self.stopping_reason_message = reason if why is not None else None
+            # another rank's check may have decided it: this rank keeps its own reason, if it has one
+            self.stopping_reason_message = reason if stop_here else None
         if reason and self.verbose:
             self._log_info(trainer, reason, self.log_rank_zero_only)
 
@@ -151,37 +154,42 @@ class EarlyStopping(Callback):
         if rank is None or rank == 0 or not log_rank_zero_only:
             log.info(rank_prefixed_message(message, rank))
 
-    def _evaluate(self, current: torch.Tensor) -> tuple[EarlyStoppingReason | None, str | None]:
-        """Why to stop (None: go on), and the sentence to print."""
+    def _evaluate_stopping_criteria(self, current: torch.Tensor) -> tuple[bool, str | None]:
+        """Whether to stop, and the sentence to print (``stopping_reason`` says why when it stops)."""
         best = self.best_score
         if self.check_finite and not torch.isfinite(current):
-            return EarlyStoppingReason.NON_FINITE_METRIC, (
-                f"{self.monitor}={current.item()} is not finite (best so far {best.item():.4g}): stopping."
-            )
+            self.stopping_reason = EarlyStoppingReason.NON_FINITE_METRIC
+            return True, f"{self.monitor}={current.item()} is not finite (best so far {best.item():.4g}): stopping."
         if self.stopping_threshold is not None and self.monitor_op(current, self.stopping_threshold):
-            return EarlyStoppingReason.STOPPING_THRESHOLD, (
+            self.stopping_reason = EarlyStoppingReason.STOPPING_THRESHOLD
+            return True, (
                 f"{self.monitor}={current.item():.4g} {self.order_dict[self.mode]} "
                 f"stopping_threshold={self.stopping_threshold}: Stopping threshold reached, stopping."
             )
         if self.divergence_threshold is not None and self.monitor_op(-current, -self.divergence_threshold):
-            return EarlyStoppingReason.DIVERGENCE_THRESHOLD, (
+            self.stopping_reason = EarlyStoppingReason.DIVERGENCE_THRESHOLD
+            return True, (
                 f"{self.monitor}={current.item():.4g} passed divergence_threshold={self.divergence_threshold}: "
                 "Divergence threshold reached, stopping."
             )
         if self.monitor_op(current - self.min_delta, best.to(current.device)):
-            if torch.isfinite(best):
-                reason = f"{self.monitor} improved by {abs(best - current).item():.4g} >= min_delta={abs(self.min_delta)}: new best {current.item():.4g}."
-            else:
-                reason = f"{self.monitor} improved: new best {current.item():.4g}."
+            reason = self._improvement_message(current)
             self.best_score = current
             self.wait_count = 0
-            return None, reason
+            return False, reason
         self.wait_count += 1
         if self.wait_count >= self.patience:
-            return EarlyStoppingReason.PATIENCE_EXHAUSTED, (
+            self.stopping_reason = EarlyStoppingReason.PATIENCE_EXHAUSTED
+            return True, (
                 f"{self.monitor} did not improve in the last {self.wait_count} checks (best {best.item():.4g}): stopping."
             )
-        return None, None
+        return False, None
+
+    def _improvement_message(self, current: torch.Tensor) -> str:
+        best = self.best_score
+        if torch.isfinite(best):
+            return f"{self.monitor} improved by {abs(best - current).item():.4g} >= min_delta={abs(self.min_delta)}: new best {current.item():.4g}."
+        return f"{self.monitor} improved: new best {current.item():.4g}."
 
     def state_dict(self) -> dict[str, Any]:
         return {

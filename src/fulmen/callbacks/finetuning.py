@@ -63,7 +63,6 @@ class BaseFinetuning(Callback):
             if saved is None:
                 continue
             fresh = len(optimizer.param_groups)  # the groups configure_optimizers made; the rest were added
-            groups = []
             for group in saved:
                 missing = [n for n in group["params"] if n not in named]
                 if missing:
@@ -72,8 +71,7 @@ class BaseFinetuning(Callback):
                         f"checkpoint: the module has no parameters named {missing[:3]}. Resume with the module "
                         "the checkpoint was written from."
                     )
-                groups.append({**group, "params": [named[n] for n in group["params"]]})
-            optimizer.param_groups = groups  # the trainer loads the saved optimizer state into these next
+            optimizer.param_groups = self._apply_mapping_to_param_groups(saved, named)  # the trainer loads the saved optimizer state into these next
             # the added groups were unfrozen when the checkpoint was written; freeze_before_training froze
             # them again in setup (Lightning leaves them frozen, so the resumed run stops training them)
             for group in saved[fresh:]:
@@ -115,6 +113,13 @@ class BaseFinetuning(Callback):
         )
 
     # -- helpers ---------------------------------------------------------------------------------------
+    @staticmethod
+    def _apply_mapping_to_param_groups(param_groups: list[dict[str, Any]], mapping: dict[Any, Any]) -> list[dict[str, Any]]:
+        """``param_groups`` with each entry of their ``params`` replaced by ``mapping[entry]``: names to parameters
+        (``dict(module.named_parameters())``) or back. Libraries rebuild an optimizer's groups with it."""
+        return [{**{k: v for k, v in g.items() if k != "params"}, "params": [mapping[p] for p in g["params"]]}
+                for g in param_groups]  # fmt: skip
+
     @staticmethod
     def flatten_modules(modules: Modules) -> list[Module]:
         """The leaf modules (and modules holding parameters of their own) under ``modules``."""

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from fulmen.callbacks.callback import Callback
 from fulmen.tuner.lr_finder import LRFinder, lr_find
+from fulmen.utilities.exceptions import _TunerExitException
 from fulmen.utilities.rank_zero import rank_zero_info
 from fulmen.utilities.seed import isolate_rng as isolate_rng
 
@@ -34,22 +35,29 @@ class LearningRateFinder(Callback):
         mode = mode.lower()
         if mode not in self.SUPPORTED_MODES:
             raise ValueError(f"`mode` should be either of {self.SUPPORTED_MODES}")
-        self._options = {"min_lr": min_lr, "max_lr": max_lr, "num_training": num_training_steps, "mode": mode,
-                         "early_stop_threshold": early_stop_threshold, "update_attr": update_attr,
-                         "attr_name": attr_name}  # fmt: skip
+        # the arguments under Lightning's attribute names (subclasses and libraries read and set them)
+        self._min_lr = min_lr
+        self._max_lr = max_lr
+        self._num_training_steps = num_training_steps
+        self._mode = mode
+        self._early_stop_threshold = early_stop_threshold
+        self._update_attr = update_attr
+        self._attr_name = attr_name
+        self._early_exit = False  # True: the fit ends once the search is done (what Tuner.lr_find does)
         self.optimal_lr: LRFinder | None = None
         self._done = False
 
     def lr_find(self, trainer: Trainer, pl_module: LightningModule) -> None:
         train = trainer.run_context.data.passed("train")
-        self.optimal_lr = lr_find(trainer, pl_module, train_dataloaders=train, datamodule=trainer.datamodule,
-                                  **self._options)  # type: ignore[arg-type]  # fmt: skip
+        self.optimal_lr = lr_find(
+            trainer, pl_module, train_dataloaders=train, datamodule=trainer.datamodule, min_lr=self._min_lr,
+            max_lr=self._max_lr, num_training=self._num_training_steps, mode=self._mode,
+            early_stop_threshold=self._early_stop_threshold, update_attr=self._update_attr, attr_name=self._attr_name,
+        )  # fmt: skip
         self._done = True
-        if (
-            self._options["update_attr"]
-            and self.optimal_lr is not None
-            and self.optimal_lr.suggestion() is not None
-        ):
+        if self._early_exit:
+            raise _TunerExitException()
+        if self._update_attr and self.optimal_lr is not None and self.optimal_lr.suggestion() is not None:
             # configure_optimizers already ran with the old rate: build the optimizers again
             trainer.strategy.setup_optimizers(trainer)
 

@@ -23,7 +23,8 @@ class LearningRateMonitor(Callback):
     def __init__(
         self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False
     ) -> None:
-        super().__init__()
+        # not cooperative, as Lightning's: a subclass mixing in another class calls that class's __init__ itself,
+        # and it must run once
         if logging_interval not in (None, "step", "epoch"):
             raise MisconfigurationException(
                 f"LearningRateMonitor(logging_interval={logging_interval!r}) must be None, 'step' or 'epoch'."

@@ -73,6 +73,9 @@ class ModelCheckpoint(Checkpoint):
         save_on_train_epoch_end: bool | None = None,
         enable_version_counter: bool = True,
     ) -> None:
+        # cooperative, as Lightning's: a subclass that also inherits a mixin (finetuning-scheduler's FTSCheckpoint)
+        # relies on this call reaching the mixin's __init__
+        super().__init__()
         if mode not in ("min", "max"):
             raise MisconfigurationException(f"ModelCheckpoint(mode={mode!r}): `mode` can be 'min' or 'max', but got {mode}.")
         if not isinstance(save_top_k, int) or isinstance(save_top_k, bool) or save_top_k < -1:

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 class ModelSummary(Callback):
     def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
-        super().__init__()
+        # not cooperative, as Lightning's: a subclass mixing in another class calls that class's __init__ itself,
+        # and it must run once
         self._max_depth = max_depth
         self._kwargs = summarize_kwargs
 

@@ -49,6 +49,7 @@ class SpikeDetection(Callback):
         exclude_batches_path: str | None = None,
         finite_only: bool = True,
     ) -> None:
+        super().__init__()  # cooperative (a mixin's __init__ after this class runs), as Lightning's
         if mode not in ("min", "max"):
             raise ValueError(f"SpikeDetection(mode={mode!r}) must be 'min' (lower loss is better) or 'max'.")
         if not isinstance(window, int) or window < 1:

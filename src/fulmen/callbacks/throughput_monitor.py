@@ -90,6 +90,7 @@ class ThroughputMonitor(Callback):
 
     def __init__(self, batch_size_fn: Callable[[Any], int], length_fn: Callable[[Any], int] | None = None,
                  **kwargs: Any) -> None:  # fmt: skip
+        super().__init__()  # cooperative (a mixin's __init__ after this class runs), as Lightning's
         if not callable(batch_size_fn):
             raise TypeError(f"ThroughputMonitor(batch_size_fn={batch_size_fn!r}) must be a function of the batch.")
         self.batch_size_fn = batch_size_fn

@@ -121,6 +121,15 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         self._example_input_array: Any = None
         self._compiled_from: Any = None
 
+    @property
+    def _compiler_ctx(self) -> dict[str, Any] | None:
+        """Lightning's record of a compiled module: ``{"compiler": "dynamo", "dynamo_ctx": ...}`` while its steps
+        are compiled (callbacks check it before changing the module under dynamo), ``None`` otherwise."""
+        compiled = self._compiled_from
+        if compiled is None:
+            return None
+        return {"compiler": "dynamo", "dynamo_ctx": getattr(compiled, "dynamo_ctx", None)}
+
     # -- trainer-facing properties --------------------------------------------------------------------
     @property
     def trainer(self) -> Trainer:

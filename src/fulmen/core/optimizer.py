@@ -125,7 +125,18 @@ class _MockOptimizer(Optimizer):
     """Stands in when ``configure_optimizers`` returns None: every call is a no-op."""
 
     def __init__(self) -> None:
-        super().__init__([torch.zeros(1)], {})
+        super().__init__([torch.zeros(1)], {})  # its one group is never added (add_param_group below)
+
+    # it holds no parameter groups and no state: a scheduler built on it has nothing to schedule (libraries build
+    # one to check a scheduler's arguments), and a checkpoint stores `{}` for it and restores nothing
+    def add_param_group(self, param_group: dict[Any, Any]) -> None:
+        pass
+
+    def load_state_dict(self, state_dict: dict[Any, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None:

@@ -97,6 +97,10 @@ class EvaluationLoop:
             if in_fit and not sanity_checking and context.progress.window.done:
                 # not inside an accumulation window: the gradients gathered so far are still to be stepped
                 hooks.call_module("on_validation_model_zero_grad")
+            # the first loader's iterator is made before the start hooks, as in Lightning: a hook that draws random
+            # numbers sees the state after the iterator drew its seed
+            fetch = f"[_EvaluationLoop].{'val' if stage == 'validation' else stage}_next"  # Lightning's name
+            first = prefetch_iterator(hooks, fetch, dataloaders[0], num_batches[0])
             module = context.module
             modes = {name: m.training for name, m in module.named_modules()} if module is not None else {}
             hooks.call_module(f"on_{stage}_model_eval")
@@ -105,11 +109,10 @@ class EvaluationLoop:
             getattr(strategy, f"on_{stage}_start")()
             hooks.call_callbacks(f"on_{stage}_epoch_start")
             hooks.call_module(f"on_{stage}_epoch_start")
-            fetch = f"[_EvaluationLoop].{'val' if stage == 'validation' else stage}_next"  # Lightning's name
             stop = context.stop if in_fit and not sanity_checking else None  # a signal interrupts fit's validation
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
                 extra = (dl_idx,) if multiple else ()
-                batches = prefetch_iterator(hooks, fetch, loader, limit)
+                batches = first if dl_idx == 0 else prefetch_iterator(hooks, fetch, loader, limit)
                 for batch_idx, (batch, last) in enumerate(batches):
                     batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
                     self.results.set_batch(batch, dl_idx if multiple else None)
@@ -200,7 +203,17 @@ class PredictionLoop:
         if not dataloaders or sum(num_batches) == 0:
             return None
         check_dataloader_idx(context.module, "predict", multiple)
+        fetch = "[_PredictionLoop].predict_next"
+
+        def open_batches(loader: Any, limit: int | float) -> tuple[Any, Any]:
+            recorder = None
+            if self._wants_indices:
+                loader, recorder = record_batch_indices(loader)
+            return prefetch_iterator(hooks, fetch, loader, limit), recorder
+
         with no_grad_context(context.config.inference_mode and strategy.supports_inference_mode):
+            # the first loader's iterator is made before the start hooks, as in the evaluation loop
+            first = open_batches(dataloaders[0], num_batches[0])
             hooks.call_module("on_predict_model_eval")
             hooks.call_callbacks("on_predict_start")
             hooks.call_module("on_predict_start")
@@ -209,10 +222,7 @@ class PredictionLoop:
             hooks.call_module("on_predict_epoch_start")
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
                 extra = (dl_idx,) if multiple else ()
-                recorder = None
-                if self._wants_indices:
-                    loader, recorder = record_batch_indices(loader)
-                batches = prefetch_iterator(hooks, "[_PredictionLoop].predict_next", loader, limit)
+                batches, recorder = first if dl_idx == 0 else open_batches(loader, limit)
                 for batch_idx, (batch, last) in enumerate(batches):
                     if recorder is not None:
                         self.current_batch_indices = recorder.pop()

@@ -79,6 +79,7 @@ class FitLoop:
         self.epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's shuffle was drawn
         self._resume: dict[str, Any] | None = None  # a checkpoint's loop state, applied when run starts
         self.batches: PrefetchIterator | None = None  # the running epoch's (its data position, for checkpoints)
+        self._first_batches: PrefetchIterator | None = None  # the first epoch's, made as the fit starts
         self._resumed_layout: dict[str, Any] | None = None  # how the resumed checkpoint's data was shared out
         self.restored_at_epoch_end = False  # the data's state at an epoch end was loaded (see make_iterator)
 
@@ -272,6 +273,13 @@ class FitLoop:
                     # the rest of that epoch's end (scheduler step, epoch counter) before on_train_start, which
                     # then sees the epoch the run goes on with
                     self.on_advance_end(hooks=False)
+            elif pending is None:
+                # the first epoch's iterator is made now, when the training data is set up, before the validation
+                # data is loaded and before on_train_start, as in Lightning: what draws random numbers (the
+                # iterator's seed, a dataset drawn in val_dataloader()) draws in the same order, so that a seeded
+                # run validates on the same data (the samplers' set_epoch follows in on_advance_start, as there:
+                # a sampler reads its epoch when the first batch is drawn)
+                self._first_batches = self.make_iterator()
             self.on_run_start()
             # the RNG and the data position after on_train_start: what that hook draws (an uninterrupted run
             # has no such call between its epochs) does not shift the run's random numbers
@@ -289,10 +297,13 @@ class FitLoop:
     def run_epoch(self, interrupted: dict[str, Any] | None = None) -> None:
         """One epoch: its start hooks, its batches, its end. ``interrupted``: the loop state of a checkpoint
         written inside this epoch; its parts are restored (``loops/resume.py``) and the epoch goes on from there."""
-        self.on_advance_start(fresh=interrupted is None)
+        # a resumed epoch whose training batches all ran (the checkpoint was written after its last batch) only
+        # ends: its start hooks are not called again
+        self.on_advance_start(fresh=interrupted is None,
+                              hooks=interrupted is None or not resume.written_after_last_batch(interrupted))  # fmt: skip
         finish: bool | None = None
         if interrupted is None:
-            batches = self.make_iterator()
+            batches, self._first_batches = self._first_batches or self.make_iterator(), None
         else:
             batches, finish = resume.restore_epoch(self, interrupted)
         with self.context.hooks.profile("run_training_epoch"):
@@ -361,6 +372,8 @@ class FitLoop:
         steps = context.config.num_sanity_val_steps
         if steps <= 0 or not context.data.validation_enabled(load=False):  # num_sanity_val_steps=-2: none
             return
+        if self._resume is not None and resume.written_mid_epoch(self._resume):
+            return  # the run goes on inside an epoch: validation was checked before it was interrupted
         # the sanity check leaves the random generators as it found them (as Lightning does): a seeded run
         # trains on the same numbers whether it is on or off
         rng_before = capture_rng()
@@ -417,7 +430,7 @@ class FitLoop:
                 category=PossibleUserWarning,
             )
 
-    def on_advance_start(self, fresh: bool = True) -> None:
+    def on_advance_start(self, fresh: bool = True, hooks: bool = True) -> None:
         context = self.context
         progress = context.progress
         progress.phase = LoopPhase.EPOCH_START
@@ -433,8 +446,9 @@ class FitLoop:
         context.results = self.results
         context.metrics.epoch_end = False
         progress.batch_idx = 0
-        context.hooks.call_callbacks("on_train_epoch_start")
-        context.hooks.call_module("on_train_epoch_start")
+        if hooks:
+            context.hooks.call_callbacks("on_train_epoch_start")
+            context.hooks.call_module("on_train_epoch_start")
 
     def on_advance_end(self, hooks: bool = True) -> None:
         """End of an epoch; ``hooks=False`` when resuming from a checkpoint written in on_train_epoch_end."""
@@ -472,7 +486,7 @@ class FitLoop:
     def teardown(self) -> None:
         # the next fit loads its own loader; this one stays readable until then
         self._last_train_dataloader, self._train_dataloader = self._train_dataloader, None
-        self._epoch_loader = self.batches = self._resumed_layout = None
+        self._epoch_loader = self.batches = self._resumed_layout = self._first_batches = None
 
 
 def _open_iterators(loader: Any) -> None:

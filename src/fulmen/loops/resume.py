@@ -72,7 +72,7 @@ def resume_state(fit: FitLoop) -> dict[str, Any]:
         "batch_idx": batch_idx, "total_batch_idx": progress.total_batch_idx,
         "batches_that_stepped": progress.batches_that_stepped, "is_last_batch": epoch_loop.is_last_batch,
         "val_pending": phase is LoopPhase.BATCH and (epoch_loop.validation_interrupted or epoch_loop.should_check_val()),
-        "should_stop": context.stop.should_stop, "epoch_start_step": progress.epoch_start_step,
+        "epoch_start_step": progress.epoch_start_step,
         "scheduler_steps": [progress.scheduler_steps.total, progress.scheduler_steps.epoch], "window": window,
         "rng": capture_rng(), "epoch_start_rng": fit.epoch_start_rng if phase in _MID_EPOCH else None,
         "grads": grads, "callback_metrics": metrics, "data": _step_layout(fit),
@@ -208,6 +208,48 @@ def progress_counters(progress: FitProgress, is_last_batch: bool) -> dict[str, A
     }
 
 
+# which of fulmen's counters each of Lightning's trackers is read from: (tracker, scope) -> (object path, sign).
+# A write to the tracker's defining counter moves that field by the difference between the value written and the
+# value read, so the counter reads back what was written (the others of the tracker, derived from the same field
+# and the loop's phase, move with it).
+_TRACKER_FIELDS: dict[tuple[str, str], tuple[str, int]] = {
+    ("epoch_progress", "current"): ("current_epoch", 1),
+    ("epoch_progress", "total"): ("current_epoch", 1),
+    ("batch_progress", "current"): ("batch_idx", 1),
+    ("batch_progress", "total"): ("total_batch_idx", 1),
+    ("scheduler_progress", "current"): ("scheduler_steps.epoch", 1),
+    ("scheduler_progress", "total"): ("scheduler_steps.total", 1),
+    ("optimizer_step", "current"): ("epoch_start_step", -1),  # read as global_step - epoch_start_step
+    ("optimizer_step", "total"): ("global_step", 1),
+    ("zero_grad", "current"): ("epoch_start_step", -1),
+    ("zero_grad", "total"): ("global_step", 1),
+}
+
+
+# the counter that defines each tracker in Lightning: trainer.current_epoch is epoch_progress.current.completed,
+# batch_idx is batch_progress.current.ready - 1, global_step is the optimizer step tracker's total.completed
+_DEFINING_COUNTER = {"epoch_progress": "completed", "batch_progress": "ready", "scheduler_progress": "ready",
+                     "optimizer_step": "completed", "zero_grad": "completed"}  # fmt: skip
+
+
+def write_progress_counter(
+    progress: FitProgress, is_last_batch: bool, tracker: str, scope: str, counter: str, value: int
+) -> None:
+    """``<tracker>.<scope>.<counter> = value`` on one of Lightning's trackers (a library setting
+    ``trainer.fit_loop.epoch_loop.batch_progress.total.ready``): fulmen's counter behind it moves so that the
+    tracker reads ``value``. The other counters of a tracker follow from that one and the loop's phase: a write to
+    them is accepted and has no effect (libraries set ``ready`` and ``completed`` together)."""
+    read = progress_counters(progress, is_last_batch)[tracker][scope]
+    if counter not in read:
+        raise AttributeError(f"{tracker}.{scope} has no counter {counter!r} (it has {sorted(read)})")
+    if counter != _DEFINING_COUNTER[tracker]:
+        return
+    path, sign = _TRACKER_FIELDS[(tracker, scope)]
+    owner_path, _, name = path.rpartition(".")
+    owner = getattr(progress, owner_path) if owner_path else progress
+    setattr(owner, name, getattr(owner, name) + sign * (int(value) - int(read[counter])))
+
+
 def loops_state_dict(fit: FitLoop) -> dict[str, Any]:
     """``checkpoint["loops"]`` with Lightning's keys and counters, plus fulmen's exact-resume state."""
     progress = fit.context.progress
@@ -287,10 +329,12 @@ def _restore_point(fit: FitLoop, state: dict[str, Any]) -> None:
 
 
 def restore_metrics_and_stop(fit: FitLoop, state: dict[str, Any]) -> None:
-    """The metrics (a plateau scheduler still reads them) and the stop decision of the checkpoint."""
+    """The metrics (a plateau scheduler still reads them). The stop decision of the run that wrote the checkpoint
+    is not restored: resuming is a request to train on (after early stopping ended a run, with more patience or
+    epochs), which Lightning honours and libraries rely on (finetuning-scheduler resumes a phase that way)."""
     context = fit.context
     context.metrics.callback.update(state.get("callback_metrics") or {})
-    context.stop.should_stop = bool(state.get("should_stop", False))
+    context.stop.should_stop = False
     context.stop.agreed = True  # every rank loaded the same checkpoint
 
 
@@ -312,6 +356,12 @@ def _load_window(fit: FitLoop, state: list[Any] | None, batch_idx: int) -> None:
 
 def written_mid_epoch(state: dict[str, Any]) -> bool:
     return LoopPhase(state["phase"]) in _MID_EPOCH
+
+
+def written_after_last_batch(state: dict[str, Any]) -> bool:
+    """Written once the epoch's last training batch ran (in its ``on_train_batch_end`` or the validation after
+    it): the resumed epoch has no training left, only its end (no ``on_train_epoch_start`` again)."""
+    return bool(state.get("is_last_batch")) and LoopPhase(state["phase"]) in (LoopPhase.BATCH, LoopPhase.VALIDATION)
 
 
 def restore_epoch(fit: FitLoop, state: dict[str, Any]) -> tuple[PrefetchIterator, bool | None]:

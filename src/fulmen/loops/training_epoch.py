@@ -85,6 +85,11 @@ class TrainingEpochLoop:
         return int(self.batch_progress.total.ready) - 1
 
     @property
+    def global_step(self) -> int:
+        """Optimizer steps taken in the run (``trainer.global_step``)."""
+        return self.context.progress.global_step
+
+    @property
     def automatic_optimization(self) -> AutomaticOptimization:
         return self.automatic
 

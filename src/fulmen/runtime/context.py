@@ -64,7 +64,6 @@ class CheckpointRequest:
 
     path: Any = None
     weights_only: bool | None = None  # None: torch's default (safe unless the user's environment says otherwise)
-    loaded: str | None = None  # the file it resolved to, once loaded (``trainer.ckpt_path``)
 
 
 @dataclass

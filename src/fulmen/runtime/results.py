@@ -89,6 +89,14 @@ def _parse_reduce_fx(reduce_fx: str | Callable[..., Any]) -> str:
 
 
 @dataclass(frozen=True)
+class SyncSpec:
+    """Whether (and in which group) a logged value is reduced across processes."""
+
+    should: bool
+    group: Any = None
+
+
+@dataclass(frozen=True)
 class LogMeta:
     fx: str
     name: str
@@ -104,6 +112,13 @@ class LogMeta:
     add_dataloader_idx: bool
     rank_zero_only: bool
     metric_attribute: str | None = None
+
+    @property
+    def sync(self) -> SyncSpec:
+        """How the value is reduced across processes (Lightning's ``meta.sync``): ``should`` is whether it is,
+        i.e. ``sync_dist=True`` and a process group is running."""
+        running = torch.distributed.is_available() and torch.distributed.is_initialized()
+        return SyncSpec(should=self.sync_dist and running, group=self.sync_dist_group)
 
     @property
     def _suffix(self) -> str:
@@ -147,6 +162,11 @@ class ResultMetric:
         self.metric_released = False  # the Metric's state was reset at the end of its run (release_metrics)
         self._computed: torch.Tensor | None = None
         self.updated = False
+
+    @property
+    def is_tensor(self) -> bool:
+        """Whether the logged values are tensors (``False``: a torchmetrics ``Metric`` object was logged)."""
+        return self.metric is None
 
     def update(self, value: torch.Tensor, batch_size: int | torch.Tensor, sync: _Sync | None = None) -> None:
         meta = self.meta
@@ -275,6 +295,11 @@ class ResultCollection:
         self._batch_size: int | None = None
         self.dataloader_idx: int | None = None
         self.sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None
+
+    @property
+    def result_metrics(self) -> list[ResultMetric]:
+        """Every logged key's record (callbacks look a monitored key up here to see how it is reduced)."""
+        return list(self.items.values())
 
     # -- per-batch context, set by the loops --------------------------------------------------------
     def set_batch(self, batch: Any, dataloader_idx: int | None = None) -> None:

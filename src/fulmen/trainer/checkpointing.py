@@ -15,6 +15,8 @@ from fulmen.runtime.state import TrainerFn
 from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import LIGHTNING_VERSION
+from fulmen.utilities.migration import pl_legacy_patch
+from fulmen.utilities.migration.utils import _pl_migrate_checkpoint
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ def dump_checkpoint(trainer: Trainer, weights_only: bool = False) -> dict[str, A
         precision_state = precision.state_dict()
         if precision_state:
             checkpoint[type(precision).__qualname__] = precision_state
+        precision.on_save_checkpoint(checkpoint)
     datamodule = trainer.datamodule
     hooks = trainer.run_context.hooks
     if datamodule is not None:
@@ -166,42 +169,189 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
     return path
 
 
-def restore_module_and_callbacks(
-    trainer: Trainer, checkpoint: dict[str, Any], callbacks: bool = True
-) -> None:
-    """Weights, module / datamodule hooks and callback states (before optimizers exist)."""
-    module = trainer.lightning_module
-    assert module is not None
-    datamodule = trainer.datamodule
-    hooks = trainer.run_context.hooks
-    if datamodule is not None:
+class CheckpointConnector:
+    """Restores a run from a checkpoint file, in the steps a stage needs them (``trainer._checkpoint_connector``).
+
+    The stage runner drives it: ``resume_start`` reads the file, ``restore_model`` / ``restore_datamodule`` /
+    ``restore_callbacks`` run before the optimizers exist, ``restore_training_state`` (optimizers, schedulers,
+    precision, loop position) after ``on_fit_start``, and ``resume_end`` lets the file go. Callbacks use the same
+    steps to restore another checkpoint in the middle of a fit (finetuning-scheduler reloads the best one at each
+    phase): the names, arguments and order are Lightning's ``_CheckpointConnector``'s, so such code runs as is.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self._ckpt_path: str | os.PathLike[str] | None = None
+        self._loaded_checkpoint: dict[str, Any] = {}
+
+    # -- reading the file --------------------------------------------------------------------------------------
+    def resume_start(self, checkpoint_path: str | os.PathLike[str] | None = None, weights_only: bool | None = None) -> None:
+        """Read ``checkpoint_path`` (a resolved file path; ``None``: nothing to restore) into memory."""
+        self._ckpt_path = checkpoint_path
+        self._loaded_checkpoint = {}  # a file read earlier and never released is not restored again
+        if not checkpoint_path:
+            return
+        log_restoring(str(checkpoint_path))
+        with pl_legacy_patch():  # a file of an old Lightning version may have pickled its objects
+            checkpoint = self.trainer.strategy.load_checkpoint(checkpoint_path, weights_only=weights_only)
+        self._loaded_checkpoint = _pl_migrate_checkpoint(checkpoint, checkpoint_path)  # an old layout -> today's
+
+    def resume_end(self) -> None:
+        """The restore is over: say so, let the file's contents go, and wait for the other processes."""
+        if self._ckpt_path:
+            log_restored(str(self._ckpt_path), fitting=self.trainer.state.fn == TrainerFn.FITTING)
+        self._loaded_checkpoint = {}
+        self.trainer.strategy.barrier("_CheckpointConnector.resume_end")
+
+    def restore(self, checkpoint_path: str | os.PathLike[str] | None = None, weights_only: bool | None = None) -> None:
+        """Everything at once: weights, datamodule, callbacks and (when fitting) the training state."""
+        self.resume_start(checkpoint_path, weights_only=weights_only)
+        self.restore_datamodule()
+        self.restore_model()
+        self.restore_callbacks()
+        self.restore_training_state()
+        self.resume_end()
+
+    @property
+    def ckpt_path(self) -> str | os.PathLike[str] | None:
+        """The file the last restore read (``trainer.ckpt_path``); kept after ``resume_end``."""
+        return self._ckpt_path
+
+    def restore_modules_and_callbacks(
+        self, checkpoint_path: str | os.PathLike[str] | None = None, weights_only: bool | None = None
+    ) -> None:
+        """The part restored when a stage sets up, before the optimizers exist."""
+        self.resume_start(checkpoint_path, weights_only=weights_only)
+        self.restore_datamodule()
+        self.restore_model()
+        if self.trainer.state.fn == TrainerFn.FITTING:  # evaluation keeps the callbacks it was given
+            self.restore_callbacks()
+
+    _restore_modules_and_callbacks = restore_modules_and_callbacks  # Lightning's name
+
+    # -- before the optimizers exist ---------------------------------------------------------------------------
+    def restore_datamodule(self) -> None:
+        checkpoint, datamodule = self._loaded_checkpoint, self.trainer.datamodule
+        if not checkpoint or datamodule is None:
+            return
+        hooks = self.trainer.run_context.hooks
         hooks.call_datamodule("on_load_checkpoint", checkpoint)
         dm_state = checkpoint.get(type(datamodule).__qualname__)
         if dm_state:
             hooks.call_datamodule("load_state_dict", dm_state)
-    hooks.call_module("on_load_checkpoint", checkpoint)
-    if "state_dict" not in checkpoint:
-        raise KeyError("The checkpoint has no 'state_dict' key: it is not a model checkpoint.")
-    trainer.strategy.load_model_state_dict(checkpoint, strict=getattr(module, "strict_loading", True))
-    if not callbacks:
-        return
-    hooks.call_callbacks("on_load_checkpoint", checkpoint)
-    states = checkpoint.get("callbacks", {})
-    used = set()
-    for cb in trainer.callbacks:
-        key = cb.state_key if cb.state_key in states else getattr(cb, "_legacy_state_key", None)
-        state = states.get(key) if key else None
-        if key in states:
-            used.add(key)
+
+    def restore_model(self) -> None:
+        """The module's ``on_load_checkpoint`` (it may edit the contents), then its weights."""
+        checkpoint = self._loaded_checkpoint
+        if not checkpoint:
+            return
+        module = self.trainer.lightning_module
+        self.trainer.run_context.hooks.call_module("on_load_checkpoint", checkpoint)
+        if "state_dict" not in checkpoint:
+            raise KeyError("The checkpoint has no 'state_dict' key: it is not a model checkpoint.")
+        self.trainer.strategy.load_model_state_dict(checkpoint, strict=getattr(module, "strict_loading", True))
+
+    def restore_callbacks(self) -> None:
+        checkpoint = self._loaded_checkpoint
+        if not checkpoint:
+            return
+        trainer = self.trainer
+        trainer.run_context.hooks.call_callbacks("on_load_checkpoint", checkpoint)
+        states = checkpoint.get("callbacks", {})
+        used = set()
+        for cb in trainer.callbacks:
+            key = cb.state_key if cb.state_key in states else getattr(cb, "_legacy_state_key", None)
+            state = states.get(key) if key else None
+            if key in states:
+                used.add(key)
+            if state:
+                cb.load_state_dict(state)
+        missing = [k for k in states if k not in used]
+        if missing and trainer.state.fn == TrainerFn.FITTING:
+            rank_zero_warn(
+                "The checkpoint holds the state of callbacks this trainer does not have, which is not restored: "
+                "when resuming with `ckpt_path`, give the Trainer the callbacks that wrote the checkpoint again (the "
+                f"same arguments make the same state key). Please add the following callbacks: {missing}."
+            )
+
+    # -- after configure_optimizers and on_fit_start -----------------------------------------------------------
+    def restore_training_state(self) -> None:
+        """Optimizers, schedulers, precision and loop position; outside fit only precision and loops."""
+        if not self._loaded_checkpoint:
+            return
+        if self.trainer.state.fn == TrainerFn.FITTING:
+            self.restore_optimizers_and_schedulers()
+        self.restore_precision_plugin_state()
+        self.restore_loops()
+
+    def restore_optimizers_and_schedulers(self) -> None:
+        checkpoint = self._loaded_checkpoint
+        if not checkpoint:
+            return
+        if self.trainer.strategy.lightning_restore_optimizer:  # False: the strategy restores them itself
+            if "optimizer_states" not in checkpoint:
+                raise KeyError(
+                    f"{str(self._ckpt_path)!r} holds no optimizer states (saved with weights_only=True?): it cannot "
+                    "resume training. Load the weights with Model.load_from_checkpoint() and start a new fit() "
+                    "instead."
+                )
+            self.restore_optimizers()
+        if "lr_schedulers" not in checkpoint:
+            raise KeyError(
+                f"{str(self._ckpt_path)!r} holds no learning-rate scheduler states (saved with weights_only=True?): "
+                "it cannot resume training. Load the weights with Model.load_from_checkpoint() and start a new "
+                "fit() instead."
+            )
+        self.restore_lr_schedulers()
+
+    def restore_optimizers(self) -> None:
+        checkpoint = self._loaded_checkpoint
+        if not checkpoint:
+            return
+        _check_counts(str(self._ckpt_path), "optimizer", checkpoint["optimizer_states"], self.trainer.optimizers)
+        self.trainer.strategy.load_optimizer_state_dict(checkpoint)
+
+    def restore_lr_schedulers(self) -> None:
+        checkpoint = self._loaded_checkpoint
+        if not checkpoint:
+            return
+        schedulers = [cfg.scheduler for cfg in self.trainer.lr_scheduler_configs]
+        states = checkpoint["lr_schedulers"]
+        _check_counts(str(self._ckpt_path), "LR scheduler", states, schedulers)
+        for scheduler, state in zip(schedulers, states):
+            scheduler.load_state_dict(state)
+
+    def restore_precision_plugin_state(self) -> None:
+        checkpoint = self._loaded_checkpoint
+        precision = self.trainer.precision_plugin
+        precision.on_load_checkpoint(checkpoint)
+        # Lightning 1.x saved a GradScaler's state under "native_amp_scaling_state"
+        state = checkpoint.get(type(precision).__qualname__) or checkpoint.get("native_amp_scaling_state")
         if state:
-            cb.load_state_dict(state)
-    missing = [k for k in states if k not in used]
-    if missing and trainer.state.fn is not None and trainer.state.fn.value == "fit":
-        rank_zero_warn(
-            "The checkpoint holds the state of callbacks this trainer does not have, which is not restored: when "
-            "resuming with `ckpt_path`, give the Trainer the callbacks that wrote the checkpoint again (the same "
-            f"arguments make the same state key). Please add the following callbacks: {missing}."
-        )
+            precision.load_state_dict(state)
+
+    def restore_loops(self) -> None:
+        """The fit loop's position (Lightning's progress counters and fulmen's exact-resume state)."""
+        checkpoint, trainer = self._loaded_checkpoint, self.trainer
+        if not checkpoint or trainer.state.fn != TrainerFn.FITTING:
+            return
+        loop_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+        state = loop_state.get("fulmen")
+        if state is None:
+            state = resume.state_from_lightning(checkpoint)
+        # the train loaders' own states live under Lightning's key, where both write and read them
+        state = {**state, "loader_states": loop_state.get("combined_loader")}
+        trainer.fit_loop.load_resume_state(state)
+        max_epochs = trainer.max_epochs
+        if max_epochs is not None and max_epochs != -1 and trainer.current_epoch > max_epochs:
+            raise MisconfigurationException(
+                f"You restored a checkpoint with current_epoch={trainer.current_epoch}, but you have set "
+                f"Trainer(max_epochs={max_epochs}): the run would train nothing. Raise max_epochs above the epoch "
+                "the checkpoint reached, or load only the weights (Model.load_from_checkpoint) for a new run."
+            )
+
+    def dump_checkpoint(self, weights_only: bool | None = None) -> dict[str, Any]:
+        return dump_checkpoint(self.trainer, weights_only=bool(weights_only))
 
 
 def _check_counts(ckpt_path: str, what: str, states: list[Any], targets: list[Any]) -> None:
@@ -210,46 +360,6 @@ def _check_counts(ckpt_path: str, what: str, states: list[Any], targets: list[An
             f"{ckpt_path!r} holds {len(states)} {what} states but configure_optimizers() returned "
             f"{len(targets)} {what}s. Resume with the configuration that wrote the checkpoint."
         )
-
-
-def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any], ckpt_path: str) -> None:
-    """Optimizers, schedulers, precision and loop position (after ``configure_optimizers``)."""
-    strategy = trainer.strategy
-    if strategy.lightning_restore_optimizer:  # False: the strategy restores them itself
-        if "optimizer_states" not in checkpoint:
-            raise KeyError(
-                f"{ckpt_path!r} holds no optimizer states (saved with weights_only=True?): it cannot resume "
-                "training. Load the weights with Model.load_from_checkpoint() and start a new fit() instead."
-            )
-        _check_counts(ckpt_path, "optimizer", checkpoint["optimizer_states"], trainer.optimizers)
-        strategy.load_optimizer_state_dict(checkpoint)
-    schedulers = [cfg.scheduler for cfg in trainer.lr_scheduler_configs]
-    _check_counts(ckpt_path, "LR scheduler", checkpoint.get("lr_schedulers", []), schedulers)
-    for scheduler, state in zip(schedulers, checkpoint.get("lr_schedulers", [])):
-        scheduler.load_state_dict(state)
-    precision = trainer.precision_plugin
-    # Lightning 1.x saved a GradScaler's state under "native_amp_scaling_state"
-    precision_state = checkpoint.get(type(precision).__qualname__) or checkpoint.get(
-        "native_amp_scaling_state"
-    )
-    if precision_state:
-        precision.load_state_dict(precision_state)
-    fit_state = checkpoint.get("loops", {}).get("fit_loop", {})
-    loop_state = fit_state.get("state_dict", {})
-    state = loop_state.get("fulmen")
-    if state is None:
-        state = resume.state_from_lightning(checkpoint)
-    # the train loaders' own states live under Lightning's key, where both write and read them
-    state = {**state, "loader_states": loop_state.get("combined_loader")}
-    trainer.fit_loop.load_resume_state(state)
-    max_epochs = trainer.max_epochs
-    if max_epochs is not None and max_epochs != -1 and trainer.current_epoch > max_epochs:
-        raise MisconfigurationException(
-            f"You restored a checkpoint with current_epoch={trainer.current_epoch}, but you have set "
-            f"Trainer(max_epochs={max_epochs}): the run would train nothing. Raise max_epochs above the epoch the "
-            "checkpoint reached, or load only the weights (Model.load_from_checkpoint) for a new run."
-        )
-    log_restored(ckpt_path, fitting=True)
 
 
 # The words of Lightning's messages, so that what users (and their log filters) look for is there: which file a

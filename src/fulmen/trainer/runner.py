@@ -22,9 +22,7 @@ from fulmen.runtime.state import LoopPhase, RunningStage, TrainerFn, TrainerStat
 from fulmen.trainer import checkpointing
 from fulmen.trainer.connectors import attach_model_callbacks
 from fulmen.trainer.signals import SignalInterrupt, slurm_requeued
-from fulmen.utilities.exceptions import MisconfigurationException, UnsupportedSetupError
-from fulmen.utilities.migration import pl_legacy_patch
-from fulmen.utilities.migration.utils import _pl_migrate_checkpoint
+from fulmen.utilities.exceptions import MisconfigurationException, UnsupportedSetupError, _TunerExitException
 from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import rank_zero_deprecation, rank_zero_info, rank_zero_warn
 from fulmen.utilities.warnings import PossibleUserWarning
@@ -45,7 +43,8 @@ class StageRunner:
         self.trainer = trainer
         self.context = context
         self.signals = signals
-        self._training_state: dict[str, Any] | None = None  # a checkpoint's, restored after on_fit_start
+        # ``trainer._checkpoint_connector``: restores ``ckpt_path`` in the steps below, and callbacks use it too
+        self.checkpoints = checkpointing.CheckpointConnector(trainer)
         self._watchdog: HangWatchdog | None = None  # several processes: ends this one if it hangs
         self._torn_down: set[str] = set()  # the parts of the stage's teardown already run (each runs once)
 
@@ -111,6 +110,11 @@ class StageRunner:
             state.status = TrainerStatus.FINISHED
             state.stage = None
             return result
+        except _TunerExitException:  # a finder with `_early_exit` set has done its search: the run ends there
+            self._teardown(fn)
+            state.status = TrainerStatus.FINISHED
+            state.stage = None
+            return None
         except BaseException as exception:
             if isinstance(exception, KeyboardInterrupt):  # Ctrl-C: also a handled one (a CtrlCInterrupt)
                 if not isinstance(exception, SignalInterrupt):  # a handled one said so when it came
@@ -210,7 +214,9 @@ class StageRunner:
         if context.datamodule is not None:
             hooks.call_datamodule("prepare_data")
         hooks.call_module("prepare_data")
-        stage = fn.value
+        # the enum (a str: `stage == "fit"` holds), as Lightning passes it: a hook that prints or formats `stage`
+        # shows `TrainerFn.FITTING` with both
+        stage = fn
         for logger in context.loggers:
             getattr(logger, "experiment", None)  # created now, as Lightning does: name / version exist for callbacks
         if context.datamodule is not None:
@@ -225,30 +231,27 @@ class StageRunner:
                 with strategy.model_sharded_context() if overridden else contextlib.nullcontext():
                     hooks.call_module(hook)
         after_setup = strategy.restore_checkpoint_after_setup  # sharded: the shards load into the sharded model
-        checkpoint = None if after_setup else self._load_requested_checkpoint(fn)
+        if not after_setup:
+            self._load_requested_checkpoint()
         layer_sync = config.layer_sync if fn == TrainerFn.FITTING else None  # synchronised layers train only
         strategy.connect_run(hooks, config.gradient_clip_val, config.gradient_clip_algorithm, layer_sync)
         strategy.setup(trainer)
         if after_setup:
-            checkpoint = self._load_requested_checkpoint(fn)
+            self._load_requested_checkpoint()
         if fn == TrainerFn.FITTING:
             strategy.setup_optimizers(trainer)
             trainer.fit_loop.setup_optimization()  # a wrong training_step signature fails before any hook
-            self._training_state = checkpoint  # restored right after on_fit_start (see _restore_training_state)
         if context.loggers and config.enable_autolog_hparams and fn == TrainerFn.FITTING:
             self._log_hyperparams(model)
-        loaded = context.checkpoint_request.loaded
-        if loaded is not None and fn != TrainerFn.FITTING:  # fit says so once its training state is restored
-            checkpointing.log_restored(loaded, fitting=False)
+        if fn != TrainerFn.FITTING:  # fit's checkpoint is held until its training state is restored
+            self.checkpoints.resume_end()
 
     def _restore_training_state(self) -> None:
         """Optimizers, schedulers and the loop position, after ``on_fit_start`` as in Lightning: a callback
         sees the run before the resumed state (BaseFinetuning rebuilds the optimizer's parameter groups
         there, so that the saved optimizer state fits them)."""
-        checkpoint, self._training_state = self._training_state, None
-        loaded = self.context.checkpoint_request.loaded
-        if checkpoint is not None and loaded is not None:
-            checkpointing.restore_training_state(self.trainer, checkpoint, loaded)
+        self.checkpoints.restore_training_state()
+        self.checkpoints.resume_end()
         self._start_clean()
 
     def _start_clean(self) -> None:
@@ -258,19 +261,11 @@ class StageRunner:
         if module is not None:
             module.zero_grad()
 
-    def _load_requested_checkpoint(self, fn: TrainerFn) -> dict[str, Any] | None:
+    def _load_requested_checkpoint(self) -> None:
         """Load ``ckpt_path`` (weights, datamodule and callback states); training state follows later."""
         request = self.context.checkpoint_request
         path = checkpointing.resolve_ckpt_path(self.trainer, request.path)
-        if path is None:
-            return None
-        checkpointing.log_restoring(path)
-        with pl_legacy_patch():  # a file of an old Lightning version may have pickled its objects
-            checkpoint = self.context.strategy.load_checkpoint(path, weights_only=request.weights_only)
-        checkpoint = _pl_migrate_checkpoint(checkpoint, path)  # an old version's layout -> today's
-        request.loaded = path
-        checkpointing.restore_module_and_callbacks(self.trainer, checkpoint, callbacks=fn == TrainerFn.FITTING)
-        return checkpoint if fn == TrainerFn.FITTING else None
+        self.checkpoints.restore_modules_and_callbacks(path, weights_only=request.weights_only)
 
     def _log_hyperparams(self, model: LightningModule) -> None:
         hparams: dict[str, Any] = {}
@@ -362,7 +357,7 @@ class StageRunner:
         that went well stops here, so that the loggers are finalized once, as ``"failed"``. After an exception
         (``interrupted``) the teardown hooks are not called."""
         context = self.context
-        hooks, stage = context.hooks, fn.value
+        hooks, stage = context.hooks, fn  # the enum, as in setup
         errors = _FirstError()
         # A run an exception ended calls no ``teardown`` hook (its callbacks heard ``on_exception``): code that
         # runs in ``teardown`` may assume the stage completed (writing final results, moving files), and

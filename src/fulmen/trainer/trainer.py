@@ -37,7 +37,8 @@ from fulmen.trainer._lightning_names import trainer_module_getattr as __getattr_
 from fulmen.trainer.checkpointing import eval_ckpt_path, select_ckpt_path
 from fulmen.trainer.config import ConfigField, TrainerConfig, parse_flags
 from fulmen.trainer.connectors import build_callbacks, build_loggers, prepare_model
-from fulmen.trainer.connectors.accelerator_connector import _AcceleratorConnector, choose_strategy
+from fulmen.trainer.connectors.accelerator_connector import choose_strategy
+from fulmen.trainer.internals import LightningInternals
 from fulmen.trainer.runner import StageRunner
 from fulmen.trainer.signals import SignalConnector
 from fulmen.trainer.states import StageFlag
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from fulmen.profilers import Profiler
 
 
-class Trainer:
+class Trainer(LightningInternals):
     """Runs a LightningModule: ``fit``, ``validate``, ``test`` and ``predict``.
 
     Arguments mirror ``lightning.pytorch.Trainer`` (same names and defaults); every flag is validated when
@@ -147,9 +148,6 @@ class Trainer:
     @property
     def accelerator(self) -> Accelerator:
         return self._context.config.accelerator
-
-    # read by libraries written against Lightning's internals (optuna-integration: ``.is_distributed``)
-    _accelerator_connector = property(_AcceleratorConnector)
 
     @property
     def lightning_module(self) -> LightningModule:
@@ -441,15 +439,15 @@ class Trainer:
         return self.fit_loop.estimated_stepping_batches()
 
     @property
-    def ckpt_path(self) -> str | Path | None:
+    def ckpt_path(self) -> str | os.PathLike[str] | None:
         """The checkpoint the last run loaded (``None``: the model's own weights), or the one set for later runs."""
-        return self._managed_ckpt_path or self._context.checkpoint_request.loaded
+        return self._managed_ckpt_path or self._runner.checkpoints.ckpt_path
 
     @ckpt_path.setter
     def ckpt_path(self, ckpt_path: str | Path | None) -> None:
         """Later stages called without ``ckpt_path`` load this checkpoint, until it is set to ``None``."""
         self._managed_ckpt_path = ckpt_path
-        self._context.checkpoint_request.loaded = None
+        self._runner.checkpoints.resume_start(None)  # forgets the file the last run read
 
     # -- entry points ---------------------------------------------------------------------------------------
     def fit(

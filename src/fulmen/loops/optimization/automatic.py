@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from fulmen.loops.optimization.closure import CLOSURE_NOT_RUN, AbstractClosure, OutputResult
+from fulmen.loops.progress import OptimizationProgress
 from fulmen.runtime.hooks import training_step_takes_optimizer_idx
 from fulmen.utilities.exceptions import MisconfigurationException, UnsupportedSetupError
 from fulmen.utilities.rank_zero import WarningCache
@@ -217,6 +218,11 @@ class AutomaticOptimization:
         self._inline_step = False
         self.post_step = False  # the strategy overrides post_training_step (set by the epoch loop's plan)
         self.outputs_unread = False  # set by the epoch loop: no hook or 1.x epoch end reads batch outputs
+
+    @property
+    def optim_progress(self) -> OptimizationProgress:
+        """Lightning's optimizer-step trackers, read from the run's counters (``optim_progress.optimizer_steps``)."""
+        return OptimizationProgress(self.context.progress)
 
     def plan(self) -> None:
         """Decide, once per epoch, which default hooks the step may run inline instead of dispatching."""

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from fulmen.core.optimizer import do_nothing_closure as do_nothing_closure
 from fulmen.loops.optimization.closure import OutputResult
+from fulmen.loops.progress import Progress, progress_view
 from fulmen.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:
@@ -53,6 +54,11 @@ class ManualOptimization:
     def __init__(self, context: RunContext) -> None:
         self.context = context
         self.post_step = False  # the strategy overrides post_training_step (set by the epoch loop's plan)
+
+    @property
+    def optim_step_progress(self) -> Progress:
+        """Lightning's tracker of the ``optimizer.step()`` calls training_step made, read from the run's counters."""
+        return progress_view(self.context.progress, lambda: False, "optimizer_step")
 
     def count_steps(self, manual: bool) -> None:
         """Under manual optimization every ``opt.step()`` is a global step; under automatic optimization the

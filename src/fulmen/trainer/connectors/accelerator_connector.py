@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch as torch  # Lightning's module holds it; the launchers read `torch.multiprocessing` when they start
 
@@ -31,13 +32,13 @@ from fulmen.strategies.single_device import SingleDeviceStrategy as SingleDevice
 from fulmen.strategies.single_xla import SingleDeviceXLAStrategy as SingleDeviceXLAStrategy
 from fulmen.strategies.strategy import Strategy
 from fulmen.strategies.xla import XLAStrategy as XLAStrategy
+from fulmen.trainer.config import TrainerConfig, parse_flags
 from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
 from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
 
 if TYPE_CHECKING:
-    from fulmen.trainer.config import TrainerConfig
     from fulmen.trainer.trainer import Trainer
 
 # whether Python runs interactively (a REPL, `python -i`, a notebook's kernel): read when a Trainer picks its
@@ -58,29 +59,94 @@ __all__ = ["select_accelerator", "select_precision", "select_strategy"]
 
 
 class _AcceleratorConnector:
-    """``trainer._accelerator_connector``: read by libraries written against Lightning's trainer internals (the
-    pruning callback of optuna-integration asks ``is_distributed`` to choose how it reports across processes).
-    A read-only view of the choices the Trainer made; fulmen itself never reads it."""
+    """The hardware, strategy and precision chosen for a set of Trainer flags: ``trainer._accelerator_connector``
+    (a view of the Trainer's choices), or made directly with the Trainer's hardware arguments, as libraries do to
+    parse device arguments the way the Trainer will (``_AcceleratorConnector(accelerator="cpu", devices=2)``).
+    Libraries written against Lightning's internals read it: optuna-integration asks ``is_distributed``,
+    finetuning-scheduler ``_strategy_flag``. fulmen itself never reads it."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        self._trainer = trainer
+    def __init__(
+        self,
+        devices: list[int] | str | int = "auto",
+        num_nodes: int = 1,
+        accelerator: str | Accelerator = "auto",
+        strategy: str | Strategy = "auto",
+        plugins: Any = None,
+        precision: int | str | None = None,
+        sync_batchnorm: bool = False,
+        benchmark: bool | None = None,
+        use_distributed_sampler: bool = True,
+        deterministic: bool | str | None = None,
+    ) -> None:
+        from fulmen.trainer.trainer import (
+            Trainer,  # the same layer; imported here because trainer.py imports this
+        )
+
+        given = {k: v for k, v in locals().items() if k not in ("self", "Trainer")}
+        defaults = {name: p.default for name, p in inspect.signature(Trainer.__init__).parameters.items()
+                    if p.default is not inspect.Parameter.empty}  # fmt: skip
+        config = parse_flags({**defaults, **given})
+        self._set(config, choose_strategy(config))
+
+    @classmethod
+    def of_trainer(cls, trainer: Trainer) -> _AcceleratorConnector:
+        """The view of ``trainer``'s flags and the strategy it made from them."""
+        connector = cls.__new__(cls)
+        connector._set(trainer.config, trainer.strategy)
+        return connector
+
+    def _set(self, config: TrainerConfig, strategy: Strategy) -> None:
+        self.config = config
+        self.strategy = strategy
+        self.accelerator: Accelerator = config.accelerator
+        self.precision_plugin: Precision = strategy.precision_plugin
+        self.cluster_environment = getattr(strategy, "cluster_environment", None)
+        self.checkpoint_io = config.checkpoint_io
+        self.use_distributed_sampler = config.use_distributed_sampler
+        self._layer_sync = config.layer_sync
+        self._precision_plugin_flag = config.precision_plugin
+        self._cluster_environment_flag = config.cluster_environment
+        self._num_nodes_flag = config.num_nodes
+        self._strategy_flag_set: str | Strategy | None = None
 
     @property
     def is_distributed(self) -> bool:
         """Whether the strategy runs several communicating processes (the DDP family, FSDP, DeepSpeed)."""
-        return self._trainer.strategy.is_distributed
+        return self.strategy.is_distributed
+
+    # -- the flags as Lightning records them once resolved ----------------------------------------------------
+    @property
+    def _strategy_flag(self) -> str | Strategy:
+        """The strategy's name as given; for ``"auto"`` the name chosen (``"ddp"``) when it runs several
+        processes, else the Strategy object; a Strategy given as an object, that object. Settable (tests of
+        libraries set it to steer a check); the Trainer's strategy does not change."""
+        if self._strategy_flag_set is not None:
+            return self._strategy_flag_set
+        given = self.config.arguments.get("strategy", "auto")
+        if given != "auto":
+            return given
+        return self.strategy.strategy_name if self.strategy.is_distributed else self.strategy
+
+    @_strategy_flag.setter
+    def _strategy_flag(self, value: str | Strategy) -> None:
+        self._strategy_flag_set = value
 
     @property
-    def strategy(self) -> Strategy:
-        return self._trainer.strategy
+    def _accelerator_flag(self) -> str:
+        return self.accelerator.name()
 
     @property
-    def accelerator(self) -> Accelerator:
-        return self._trainer.accelerator
+    def _devices_flag(self) -> list[int] | str | int:
+        given = self.config.arguments.get("devices", "auto")
+        return len(self.config.devices) if given == "auto" else given
 
     @property
-    def precision_plugin(self) -> Precision:
-        return self._trainer.precision_plugin
+    def _precision_flag(self) -> str:
+        return self.config.precision
+
+    @property
+    def _parallel_devices(self) -> list[torch.device]:
+        return list(self.config.devices)
 
 
 # names Lightning's module holds, which libraries import from here; this module's code does not use them

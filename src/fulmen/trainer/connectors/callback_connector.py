@@ -15,6 +15,7 @@ from fulmen.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
     from fulmen.trainer.config import TrainerConfig
+    from fulmen.trainer.trainer import Trainer
 
 __all__ = ["attach_model_callbacks", "build_callbacks"]
 
@@ -84,10 +85,34 @@ def attach_model_callbacks(callbacks: list[Callback], extra: Any) -> list[Callba
 
 
 def _reorder(callbacks: list[Callback]) -> list[Callback]:
-    """Checkpoint callbacks run last, so they see what the other callbacks did in the same hook."""
-    checkpoints = [cb for cb in callbacks if getattr(cb, "_is_checkpoint_callback", False)]
-    others = [cb for cb in callbacks if not getattr(cb, "_is_checkpoint_callback", False)]
-    return others + checkpoints
+    """The finders first (they run trial fits before the other callbacks see the real one), checkpoint callbacks
+    last (they see what the other callbacks did in the same hook); the order within each group is kept."""
+    from fulmen.callbacks.batch_size_finder import BatchSizeFinder
+    from fulmen.callbacks.lr_finder import LearningRateFinder
+
+    tuners = [cb for cb in callbacks if isinstance(cb, BatchSizeFinder | LearningRateFinder)]
+    checkpoints = [cb for cb in callbacks if getattr(cb, "_is_checkpoint_callback", False) and cb not in tuners]
+    others = [cb for cb in callbacks if cb not in tuners and cb not in checkpoints]
+    return tuners + others + checkpoints
+
+
+class _CallbackConnector:
+    """``trainer._callback_connector``: the ordering rule and the model's callbacks, for libraries written
+    against Lightning's trainer internals (finetuning-scheduler orders the callbacks it adds with
+    ``_reorder_callbacks``). A view over the trainer; fulmen's own code calls the functions above."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    @staticmethod
+    def _reorder_callbacks(callbacks: list[Callback]) -> list[Callback]:
+        return _reorder(callbacks)
+
+    def _attach_model_callbacks(self) -> None:
+        """Add the module's ``configure_callbacks()`` to the trainer's callbacks (replacing those of its types)."""
+        trainer = self.trainer
+        extra = trainer.run_context.hooks.call_module("configure_callbacks")
+        trainer.callbacks = attach_model_callbacks(trainer.callbacks, extra)
 
 
 # names Lightning's module holds, which libraries import from here; this module's code does not use them

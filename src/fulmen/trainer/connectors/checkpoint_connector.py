@@ -4,10 +4,9 @@ restored from one is :mod:`fulmen.trainer.checkpointing` (the fit loop's part: :
 from fulmen.precision import MixedPrecision as MixedPrecision
 from fulmen.runtime.state import TrainerFn as TrainerFn
 from fulmen.trainer.checkpointing import (
+    CheckpointConnector,
     dump_checkpoint,
     resolve_ckpt_path,
-    restore_module_and_callbacks,
-    restore_training_state,
     save_checkpoint,
 )
 from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
@@ -18,13 +17,10 @@ from fulmen.utilities.migration.utils import pl_legacy_patch as pl_legacy_patch
 from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
 from fulmen.utilities.rank_zero import rank_zero_warn as rank_zero_warn
 
-__all__ = [
-    "dump_checkpoint",
-    "resolve_ckpt_path",
-    "restore_module_and_callbacks",
-    "restore_training_state",
-    "save_checkpoint",
-]
+__all__ = ["CheckpointConnector", "dump_checkpoint", "resolve_ckpt_path", "save_checkpoint"]
+
+# Lightning's name of the class (``trainer._checkpoint_connector``), which libraries import to type their hooks
+_CheckpointConnector = CheckpointConnector
 
 
 # names Lightning's module holds, which libraries import from here; this module's code does not use them

@@ -18,6 +18,8 @@ __all__ = ["LogMeta", "ResultCollection", "ResultMetric", "to_scalars"]
 # Lightning's name of the class (made with the same `training` argument, one per stage run): the very class,
 # so that patching `_ResultCollection.log` reaches every `self.log` call
 _ResultCollection = ResultCollection
+# and of one logged key's record: libraries check `isinstance(m, _ResultMetric)` on `trainer._results.result_metrics`
+_ResultMetric = ResultMetric
 
 
 # names Lightning's module holds, which libraries import from here; this module's code does not use them
