@@ -1,7 +1,7 @@
 """A differential fuzzer: random small runs under fulmen and under Lightning 2.6.6, compared.
 
     python tests/compat/fuzz.py                    # 200 cases from seed 0, a line per divergence, then counts
-    python tests/compat/fuzz.py --cases 3000 --seed 7 --jobs 2
+    python tests/compat/fuzz.py --cases 3000 --seed 7 --case-limit 60   # a case over 60 s per framework stops
     python tests/compat/fuzz.py --case 41          # one case: its spec and both outcomes in full
     python tests/compat/fuzz.py --all              # also the divergences allowlisted in KNOWN
 
@@ -35,6 +35,7 @@ import math
 import os
 import random
 import re
+import signal
 import sys
 import tempfile
 import warnings
@@ -600,10 +601,40 @@ def known(line: str, case: dict[str, Any] | None = None) -> str | None:
     return None
 
 
-def divergences(seed: int) -> list[str]:
+class CaseTimeout(BaseException):
+    """A case ran over its time limit (a BaseException: the frameworks' error handling lets it through)."""
+
+
+def _run_limited(case: dict[str, Any], framework: str, limit: float | None) -> Outcome:
+    """``run_case`` stopped after ``limit`` seconds (SIGALRM; no limit where the platform has none)."""
+    if not limit or not hasattr(signal, "SIGALRM"):
+        return run_case(case, framework)
+
+    def expire(signum: int, frame: Any) -> None:
+        raise CaseTimeout(f"{framework} ran over {limit:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        return run_case(case, framework)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def divergences(seed: int, limit: float | None = None) -> list[str]:
+    """What differs between the two runs of case ``seed``; a run over ``limit`` seconds is a divergence of its
+    own (``timeout: ...``): a hang or a run far slower than the other framework's is a finding too."""
     case = generate(seed)
-    theirs, ours = (run_case(case, f) for f in FRAMEWORKS)
-    return compare(theirs, ours)
+    outcomes, stopped = [], []
+    for framework in FRAMEWORKS:
+        try:
+            outcomes.append(_run_limited(case, framework, limit))
+        except CaseTimeout as timeout:
+            stopped.append(str(timeout))
+    if stopped:
+        return [f"timeout: {', '.join(stopped)}"]
+    return compare(*outcomes)
 
 
 def unexpected(seed: int) -> list[str]:
@@ -631,6 +662,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--case", type=int, default=None, help="one case, shown in full")
     parser.add_argument("--all", action="store_true", help="also show allowlisted divergences")
     parser.add_argument("--strict", action="store_true", help="exit with status 1 when a divergence is unexpected")
+    parser.add_argument("--case-limit", type=float, default=120.0,
+                        help="seconds a case may run under each framework (0: no limit); over it is a divergence")  # fmt: skip
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -648,7 +681,7 @@ def main(argv: list[str]) -> int:
     diverging = 0
     for seed in range(args.seed, args.seed + args.cases):
         case = generate(seed)
-        lines = [ln for ln in divergences(seed) if args.all or known(ln, case) is None]
+        lines = [ln for ln in divergences(seed, args.case_limit) if args.all or known(ln, case) is None]
         diverging += bool(lines)
         for line in lines:
             print(f"case {seed}: {line}", flush=True)

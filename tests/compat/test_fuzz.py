@@ -68,3 +68,18 @@ def test_the_comparison_sees_each_kind_of_difference():
 
 def test_cases_are_reproducible_from_their_seed():
     assert fuzz.generate(41) == fuzz.generate(41) and fuzz.generate(41) != fuzz.generate(42)
+
+
+def test_a_case_over_its_time_limit_is_reported_not_waited_for(monkeypatch):
+    """A hang (or a run far slower under one framework) is a finding of its own, and the long run goes on."""
+    import time
+
+    def slow_under_fulmen(case, framework):
+        if framework == "fulmen":
+            time.sleep(30)
+        return fuzz.Outcome()
+
+    monkeypatch.setattr(fuzz, "run_case", slow_under_fulmen)
+    started = time.monotonic()
+    assert fuzz.divergences(0, limit=0.2) == ["timeout: fulmen ran over 0.2 s"]
+    assert time.monotonic() - started < 10

@@ -8,6 +8,7 @@ import dataclasses
 import importlib
 import inspect
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -405,3 +406,19 @@ def test_lightnings_private_loop_names_are_fulmens_loops():
         assert hasattr(theirs, name)
         assert getattr(fulmen.loops, name) is loop
     assert not hasattr(fulmen.loops, "_Loop")  # fulmen's loops share no base class to subclass
+
+
+@oracle.parity
+def test_a_fit_loop_built_with_lightnings_constructor_runs_the_trainers_fit():
+    """``trainer.fit_loop = _FitLoop(trainer, min_epochs=..., max_epochs=...)``: the loop's limits are the fit's."""
+
+    def program(pl: Any) -> tuple[Any, ...]:
+        loops = importlib.import_module(f"{pl.__name__}.loops")
+        boring = importlib.import_module(f"{pl.__name__}.demos.boring_classes")
+        trainer = pl.Trainer(max_epochs=5, limit_train_batches=2, limit_val_batches=0, logger=False,
+                             enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+        trainer.fit_loop = loops._FitLoop(trainer, min_epochs=1, max_epochs=2)
+        trainer.fit(boring.BoringModel())
+        return trainer.current_epoch, trainer.global_step, trainer.max_epochs, trainer.min_epochs
+
+    assert program(importlib.import_module("fulmen")) == program(oracle.lightning()) == (2, 4, 2, 1)

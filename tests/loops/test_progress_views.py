@@ -138,3 +138,81 @@ def test_writing_the_trackers_moves_the_runs_counters_as_in_lightning():
     ours, theirs = _written("fulmen"), _written("lightning.pytorch")
     assert ("epoch start", 1, 100, 50) in theirs
     assert ours == theirs
+
+
+def _evaluation_counts(name: str) -> list[Any]:
+    """``batch_progress`` of the evaluation and prediction loops (the fit's validation, ``validate``, ``test``,
+    ``predict``), over two dataloaders, read in each batch hook."""
+    if name != "fulmen":
+        oracle.lightning()
+    pl = importlib.import_module(name)
+    boring = importlib.import_module(name + ".demos.boring_classes")
+    seen: list[Any] = []
+
+    def read(where: str, loop: Any) -> None:
+        bp = loop.batch_progress
+        counters = ("ready", "started", "processed", "completed")
+        seen.append((where, tuple(getattr(bp.current, c) for c in counters),
+                     tuple(getattr(bp.total, c) for c in counters), bp.is_last_batch))  # fmt: skip
+
+    def loaders() -> list[DataLoader]:
+        return [DataLoader(boring.RandomDataset(32, 6), batch_size=2), DataLoader(boring.RandomDataset(32, 4), batch_size=2)]
+
+    class Model(boring.BoringModel):
+        def val_dataloader(self):
+            return loaders()
+
+        test_dataloader = predict_dataloader = val_dataloader
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            return super().validation_step(batch, batch_idx)
+
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            return super().test_step(batch, batch_idx)
+
+        def predict_step(self, batch, batch_idx, dataloader_idx=0):
+            return super().predict_step(batch, batch_idx)
+
+    def val_loop(trainer: Any) -> Any:
+        return trainer.fit_loop.epoch_loop.val_loop if trainer.state.fn == "fit" else trainer.validate_loop
+
+    class Reader(pl.Callback):
+        def on_validation_start(self, trainer, pl_module):
+            read("validation start", val_loop(trainer))
+
+        def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+            read(f"validation batch start {dataloader_idx}.{batch_idx}", val_loop(trainer))
+
+        def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+            read(f"validation batch end {dataloader_idx}.{batch_idx}", val_loop(trainer))
+
+        def on_validation_end(self, trainer, pl_module):
+            read("validation end", val_loop(trainer))
+
+        def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+            read(f"test batch end {dataloader_idx}.{batch_idx}", trainer.test_loop)
+
+        def on_predict_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+            read(f"predict batch start {dataloader_idx}.{batch_idx}", trainer.predict_loop)
+
+        def on_predict_end(self, trainer, pl_module):
+            read("predict end", trainer.predict_loop)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = pl.Trainer(max_epochs=2, limit_train_batches=2, num_sanity_val_steps=1, callbacks=[Reader()],
+                             logger=False, enable_progress_bar=False, enable_model_summary=False,
+                             enable_checkpointing=False)  # fmt: skip
+        model = Model()
+        trainer.fit(model)
+        trainer.validate(model)
+        trainer.test(model)
+        trainer.predict(model)
+    return seen
+
+
+@oracle.parity
+def test_the_evaluation_loops_batch_progress_is_lightnings():
+    ours, theirs = _evaluation_counts("fulmen"), _evaluation_counts("lightning.pytorch")
+    assert ("validation end", (5, 5, 5, 5), (5, 5, 5, 5), True) in theirs
+    assert ours == theirs

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.loops.fetcher import prefetch_iterator
+from fulmen.loops.progress import EvaluationProgress, Progress
 from fulmen.runtime.results import ResultCollection
 from fulmen.utilities.data import record_batch_indices, set_sampler_epoch
 from fulmen.utilities.rank_zero import rank_zero_warn
@@ -69,6 +70,12 @@ class EvaluationLoop:
         self.stage = stage  # "validation" or "test"
         self.results = ResultCollection(training=False)
         self.has_run = False  # a (non-sanity) run finished: monitored metrics must exist from now on
+        self.progress = EvaluationProgress()
+
+    @property
+    def batch_progress(self) -> Progress:
+        """Lightning's tracker of this run's batches (read-only)."""
+        return self.progress.view()
 
     def run(
         self, dataloaders: list[Any], num_batches: list[int | float], in_fit: bool
@@ -101,6 +108,8 @@ class EvaluationLoop:
             # numbers sees the state after the iterator drew its seed
             fetch = f"[_EvaluationLoop].{'val' if stage == 'validation' else stage}_next"  # Lightning's name
             first = prefetch_iterator(hooks, fetch, dataloaders[0], num_batches[0])
+            progress = self.progress
+            progress.start_run()
             module = context.module
             modes = {name: m.training for name, m in module.named_modules()} if module is not None else {}
             hooks.call_module(f"on_{stage}_model_eval")
@@ -110,17 +119,22 @@ class EvaluationLoop:
             hooks.call_callbacks(f"on_{stage}_epoch_start")
             hooks.call_module(f"on_{stage}_epoch_start")
             stop = context.stop if in_fit and not sanity_checking else None  # a signal interrupts fit's validation
+            last_loader = len(dataloaders) - 1
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
                 extra = (dl_idx,) if multiple else ()
                 batches = first if dl_idx == 0 else prefetch_iterator(hooks, fetch, loader, limit)
                 for batch_idx, (batch, last) in enumerate(batches):
                     batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
                     self.results.set_batch(batch, dl_idx if multiple else None)
+                    progress.ready += 1
+                    progress.is_last_batch = last and dl_idx == last_loader
                     hooks.call_callbacks(f"on_{stage}_batch_start", batch, batch_idx, *extra)
                     hooks.call_module(f"on_{stage}_batch_start", batch, batch_idx, *extra)
                     output = step(batch, batch_idx, *extra)
+                    progress.processed = progress.ready
                     hooks.call_callbacks(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
                     hooks.call_module(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
+                    progress.completed = progress.ready
                     metrics.on_eval_step_end(self.results)
                     self.results.clear_batch()
                     context.ticks += 1
@@ -167,11 +181,17 @@ class PredictionLoop:
     def __init__(self, context: RunContext) -> None:
         self.context = context
         self.return_predictions = True
+        self.progress = EvaluationProgress()
         self._predictions: list[list[Any]] = []
         self.epoch_batch_indices: list[list[list[int]]] = []
         self.current_batch_indices: list[int] = []
         self._wants_predictions = False
         self._wants_indices = False
+
+    @property
+    def batch_progress(self) -> Progress:
+        """Lightning's tracker of this run's batches (read-only)."""
+        return self.progress.view()
 
     @property
     def predictions(self) -> list[Any]:
@@ -198,6 +218,9 @@ class PredictionLoop:
         keep = return_predictions or self._wants_predictions
         warned_none = False
         self._predictions = [[] for _ in dataloaders]
+        progress = self.progress
+        progress.start_run()
+        last_loader = len(dataloaders) - 1
         self.epoch_batch_indices = [[] for _ in dataloaders]
         self.current_batch_indices = []
         if not dataloaders or sum(num_batches) == 0:
@@ -228,9 +251,12 @@ class PredictionLoop:
                         self.current_batch_indices = recorder.pop()
                         self.epoch_batch_indices[dl_idx].append(self.current_batch_indices)
                     batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
+                    progress.ready += 1
+                    progress.is_last_batch = last and dl_idx == last_loader
                     hooks.call_callbacks("on_predict_batch_start", batch, batch_idx, *extra)
                     hooks.call_module("on_predict_batch_start", batch, batch_idx, *extra)
                     output = strategy.predict_step(batch, batch_idx, *extra)
+                    progress.processed = progress.ready
                     if keep:
                         if output is None and not warned_none:
                             warned_none = True  # a step that forgot its `return` would leave holes silently
@@ -241,6 +267,7 @@ class PredictionLoop:
                         self._predictions[dl_idx].append(output)
                     hooks.call_callbacks("on_predict_batch_end", output, batch, batch_idx, *extra)
                     hooks.call_module("on_predict_batch_end", output, batch, batch_idx, *extra)
+                    progress.completed = progress.ready
                     context.ticks += 1
                     if last:
                         break

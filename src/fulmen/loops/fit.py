@@ -39,7 +39,7 @@ import dataclasses
 import datetime
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from torch.utils.data import DataLoader
 
@@ -63,15 +63,38 @@ if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
 
 
+class _RunHolder(Protocol):
+    """What Lightning's form of the constructor is given (a Trainer): the run it belongs to."""
+
+    @property
+    def run_context(self) -> RunContext: ...
+
+    @property
+    def validate_loop(self) -> EvaluationLoop: ...
+
+
 class FitLoop:
     """Epochs of training with validation inside them, the sanity check first (``run``)."""
 
-    def __init__(self, context: RunContext, validate_loop: EvaluationLoop) -> None:
+    def __init__(
+        self, context: RunContext | _RunHolder, validate_loop: EvaluationLoop | None = None,
+        min_epochs: int | None = 0, max_epochs: int | None = None,
+    ) -> None:  # fmt: skip
+        """``FitLoop(context, validate_loop)``: the Trainer's. ``FitLoop(trainer, min_epochs=..., max_epochs=...)``:
+        Lightning's constructor (``_FitLoop``), for code that builds a fit loop and sets it on the trainer
+        (``trainer.fit_loop = _FitLoop(trainer, min_epochs=1, max_epochs=5)``); the limits become the trainer's
+        (the fit loop is where Lightning keeps them)."""
+        lightnings_form = validate_loop is None
+        if lightnings_form:  # the trainer's run, with these epoch limits
+            holder = cast("_RunHolder", context)
+            context, validate_loop = holder.run_context, holder.validate_loop
+        context = cast("RunContext", context)
+        assert validate_loop is not None
         self.context = context
         self.validate_loop = validate_loop  # the trainer's: ``validate()`` and fit share one
         self.results = ResultCollection(training=True)
         self._results_fresh = False  # reset by on_train_start for the first epoch already
-        self.epoch_loop = TrainingEpochLoop(context, self.results, self.run_validation)
+        self.epoch_loop = TrainingEpochLoop(context, self.results, self.run_validation, validate_loop)
         self._train_dataloader: Any = None
         self._epoch_loader: Any = None  # what the epochs iterate: the loader, or its sample-seeded twin
         self._last_train_dataloader: Any = None
@@ -82,6 +105,10 @@ class FitLoop:
         self._first_batches: PrefetchIterator | None = None  # the first epoch's, made as the fit starts
         self._resumed_layout: dict[str, Any] | None = None  # how the resumed checkpoint's data was shared out
         self.restored_at_epoch_end = False  # the data's state at an epoch end was loaded (see make_iterator)
+        if lightnings_form:
+            if max_epochs is not None:
+                self.max_epochs = max_epochs
+            self._set_limits(min_epochs=min_epochs)
 
     # -- limits ----------------------------------------------------------------------------------------
     @property

@@ -13,7 +13,7 @@ from fulmen.loops.resume import loops_state_dict, progress_counters, write_progr
 from fulmen.runtime.state import AccumulationWindow, FitProgress, LoopPhase, SchedulerSteps
 
 __all__ = [
-    "AccumulationWindow", "FitProgress", "LoopPhase", "OptimizationProgress", "OptimizerProgress", "Progress",
+    "AccumulationWindow", "EvaluationProgress", "FitProgress", "LoopPhase", "OptimizationProgress", "OptimizerProgress", "Progress",
     "ProgressCounts", "SchedulerSteps",
     "loops_state_dict", "progress_counters", "progress_view", "write_progress_counter",
 ]  # fmt: skip
@@ -146,3 +146,28 @@ class OptimizationProgress:
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict()}
+
+
+class EvaluationProgress:
+    """The batch counts of one evaluation or prediction run (every dataloader's batches, in order), kept by the
+    loop as it goes: a batch is ready before its start hooks, started and processed after its step, completed
+    after its end hooks. Lightning's ``trainer.validate_loop.batch_progress`` reads them (``current`` and
+    ``total`` alike: both start again with each run)."""
+
+    __slots__ = ("completed", "is_last_batch", "processed", "ready")
+
+    def __init__(self) -> None:
+        self.start_run()
+
+    def start_run(self) -> None:
+        self.ready = self.processed = self.completed = 0
+        self.is_last_batch = False
+
+    def view(self) -> Progress:
+        def read() -> dict[str, Any]:
+            counts = {"ready": self.ready, "started": self.processed, "processed": self.processed,
+                      "completed": self.completed}  # fmt: skip
+            return {"total": counts, "current": dict(counts), "is_last_batch": self.is_last_batch}
+
+        return Progress(read)
+

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fulmen.loops.evaluation import ValidationInterrupted
+from fulmen.loops.evaluation import EvaluationLoop, ValidationInterrupted
 from fulmen.loops.fetcher import PrefetchIterator
 from fulmen.loops.optimization import AutomaticOptimization, ManualOptimization
 from fulmen.loops.progress import Progress, progress_view
@@ -45,9 +45,11 @@ class TrainingEpochLoop:
     """Runs the batches of one epoch. ``run_validation`` (the fit loop's) runs a validation inside it."""
 
     def __init__(
-        self, context: RunContext, results: ResultCollection, run_validation: Callable[[], None]
-    ) -> None:
+        self, context: RunContext, results: ResultCollection, run_validation: Callable[[], None],
+        val_loop: EvaluationLoop,
+    ) -> None:  # fmt: skip
         self.context = context
+        self._val_loop = val_loop
         self.results = results  # the fit loop's: what self.log writes to while training
         self._run_validation = run_validation
         self._last_val_time: float | None = None  # time-based val_check_interval: when validation last ran
@@ -83,6 +85,11 @@ class TrainingEpochLoop:
     def total_batch_idx(self) -> int:
         """The same across the run's epochs."""
         return int(self.batch_progress.total.ready) - 1
+
+    @property
+    def val_loop(self) -> EvaluationLoop:
+        """The loop that runs validation inside the fit (its ``batch_progress`` counts the running validation)."""
+        return self._val_loop
 
     @property
     def global_step(self) -> int:
