@@ -83,3 +83,14 @@ def test_a_case_over_its_time_limit_is_reported_not_waited_for(monkeypatch):
     started = time.monotonic()
     assert fuzz.divergences(0, limit=0.2) == ["timeout: fulmen ran over 0.2 s"]
     assert time.monotonic() - started < 10
+
+
+def test_a_case_over_the_limit_under_both_frameworks_is_not_a_divergence(monkeypatch):
+    import time
+
+    def endless(case, framework):
+        time.sleep(30)
+
+    monkeypatch.setattr(fuzz, "run_case", endless)
+    monkeypatch.setattr(fuzz, "BOTH_OVER_LIMIT", [])
+    assert fuzz.divergences(5, limit=0.1) == [] and fuzz.BOTH_OVER_LIMIT == [5]

@@ -323,3 +323,38 @@ def test_a_cycled_combined_loader_restarts_its_loaders_when_lightning_does():
 
     theirs, ours = _both(program)
     assert ours == theirs
+
+
+@oracle.parity
+def test_num_val_and_test_batches_count_each_loader_of_a_combined_evaluation_loader():
+    """A validation / test CombinedLoader in a combined mode runs its combined count of batches, and
+    ``trainer.num_val_batches`` / ``num_test_batches`` report each inner loader's count (what progress bars read)."""
+
+    def program(pl: Any) -> list[Any]:
+        seen: list[Any] = []
+
+        class Model(pl.demos.boring_classes.BoringModel):
+            def validation_step(self, batch, batch_idx):
+                seen.append(("val step", batch_idx, list(self.trainer.num_val_batches)))
+                return super().validation_step(batch["a"], batch_idx)
+
+            def test_step(self, batch, batch_idx):
+                seen.append(("test step", batch_idx, list(self.trainer.num_test_batches)))
+                return super().test_step(batch["a"], batch_idx)
+
+            def on_train_start(self):
+                seen.append(("train start", list(self.trainer.num_val_batches)))
+
+        for mode in ("max_size_cycle", "min_size", "max_size"):
+            def combined(mode: str = mode) -> Any:
+                return pl.utilities.CombinedLoader({"a": _loader(pl, 6), "b": _loader(pl, 4)}, mode=mode)
+
+            model = Model()
+            trainer = _trainer(pl, num_sanity_val_steps=1, limit_val_batches=None)
+            trainer.fit(model, _loader(pl), combined())
+            trainer.test(model, combined())
+        return seen
+
+    theirs, ours = _both(program)
+    assert ("val step", 2, [3, 2]) in theirs
+    assert ours == theirs

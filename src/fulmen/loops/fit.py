@@ -407,7 +407,8 @@ class FitLoop:
         with context.enter(RunningStage.SANITY_CHECKING):
             context.hooks.call_callbacks("on_sanity_check_start")
             loaders, counts = context.data.fit_val_dataloaders()
-            context.batches.val = counts  # ``trainer.num_val_batches`` counts a full validation run from here on
+            # ``trainer.num_val_batches`` counts a full validation run from here on
+            context.batches.val = context.data.reported_counts(loaders, counts)
             counts = [min(steps, c) for c in counts]
             context.batches.sanity = counts
             self.validate_loop.run(loaders, counts, in_fit=True)
@@ -419,7 +420,7 @@ class FitLoop:
         """A validation run inside the epoch, then the ranks agree on ``should_stop`` (they wait here anyway)."""
         context = self.context
         loaders, counts = context.data.fit_val_dataloaders()
-        context.batches.val = counts
+        context.batches.val = context.data.reported_counts(loaders, counts)
         with context.enter(RunningStage.VALIDATING), context.hooks.profile("run_validation"):
             self.validate_loop.run(loaders, counts, in_fit=True)
         context.metrics.epoch_end = False  # reads during training see step values again
@@ -439,7 +440,7 @@ class FitLoop:
         if first_epoch_validates and context.data.validation_enabled(load=False):
             # the validation data is loaded before training starts when the first epoch validates, so that
             # ``trainer.num_val_batches`` and ``val_dataloaders`` are known to on_train_start and every batch hook
-            context.batches.val = context.data.fit_val_dataloaders()[1]
+            context.batches.val = context.data.reported_counts(*context.data.fit_val_dataloaders())
         self._warn_modules_in_eval_mode()
         context.hooks.call_callbacks("on_train_start")
         context.hooks.call_module("on_train_start")

@@ -216,6 +216,17 @@ class DataSource:
         loaders, counts = self.fit_val_dataloaders()
         return bool(loaders) and sum(counts) > 0
 
+    @staticmethod
+    def reported_counts(loaders: list[Any], counts: list[int | float]) -> list[int | float]:
+        """``trainer.num_val_batches`` / ``num_test_batches`` for these loaders: a count per loader, except that a
+        ``CombinedLoader`` in a combined mode counts each of its loaders (its limit applied), as Lightning reports
+        it (progress bars show the first); the run itself takes the combined loader's own count."""
+        if len(loaders) == 1 and isinstance(loaders[0], CombinedLoader) and loaders[0].mode != "sequential":
+            limits = loaders[0].limits
+            if limits:
+                return list(limits)
+        return counts
+
     def fit_val_dataloaders(self) -> tuple[list[Any], list[int | float]]:
         every = self.context.config.reload_dataloaders_every_n_epochs
         epoch = self.context.progress.current_epoch

@@ -298,11 +298,11 @@ class StageRunner:
         context.state.stage = RunningStage.VALIDATING if stage == "val" else RunningStage.TESTING
         loaders, counts = context.data.request_eval_dataloaders(stage)
         if stage == "val":
-            context.batches.val = counts
+            context.batches.val = context.data.reported_counts(loaders, counts)
             context.data.val_dataloaders = loaders
             loop = trainer.validate_loop
         else:
-            context.batches.test = counts
+            context.batches.test = context.data.reported_counts(loaders, counts)
             loop = trainer.test_loop
         context.metrics.reset()
         results = loop.run(loaders, counts, in_fit=False)
