@@ -29,8 +29,10 @@ class _DiesOnRankOne(BoringModel):
 
 
 def _fit(model: BoringModel, tmp_path: Any) -> None:
+    # spawned, not forked: a fork of the test process (threads of earlier tests' loggers in it) can leave the
+    # surviving rank unresponsive to the launcher's SIGTERM, and torch then waits its 30 s before killing it
     trainer = fulmen.Trainer(
-        accelerator="cpu", strategy="ddp_fork", devices=2, max_epochs=1, limit_train_batches=2, limit_val_batches=0,
+        accelerator="cpu", strategy="ddp_spawn", devices=2, max_epochs=1, limit_train_batches=2, limit_val_batches=0,
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         default_root_dir=tmp_path,
     )  # fmt: skip
