@@ -295,7 +295,7 @@ class FitLoop:
             self.setup_optimization()
             pending, self._resume = self._resume, None
             if pending is not None and not resume.written_mid_epoch(pending):
-                resume.restore_metrics_and_stop(self, pending)
+                resume.restore_metrics(self, pending)
                 if resume.written_at_epoch_end(pending):
                     # the rest of that epoch's end (scheduler step, epoch counter) before on_train_start, which
                     # then sees the epoch the run goes on with

@@ -325,10 +325,10 @@ def _restore_point(fit: FitLoop, state: dict[str, Any]) -> None:
     if grads is not None and module is not None:
         for param, grad in zip(module.parameters(), grads):
             param.grad = None if grad is None else grad.to(param.device, copy=True)
-    restore_metrics_and_stop(fit, state)
+    restore_metrics(fit, state)
 
 
-def restore_metrics_and_stop(fit: FitLoop, state: dict[str, Any]) -> None:
+def restore_metrics(fit: FitLoop, state: dict[str, Any]) -> None:
     """The metrics (a plateau scheduler still reads them). The stop decision of the run that wrote the checkpoint
     is not restored: resuming is a request to train on (after early stopping ended a run, with more patience or
     epochs), which Lightning honours and libraries rely on (finetuning-scheduler resumes a phase that way)."""
@@ -405,7 +405,7 @@ def written_at_epoch_end(state: dict[str, Any]) -> bool:
 
 def restore_at_boundary(fit: FitLoop, state: dict[str, Any]) -> None:
     """Restore the data's state and the RNG of a checkpoint written between epochs (no gradients are open
-    there; its metrics and stop decision come earlier: :func:`restore_metrics_and_stop`)."""
+    there; its metrics come earlier: :func:`restore_metrics`)."""
     fit.restored_at_epoch_end = _restore_data(fit, state)
     if state.get("rng"):
         restore_rng(state["rng"])
