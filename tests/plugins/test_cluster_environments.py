@@ -339,3 +339,54 @@ def test_an_lsf_job_is_detected_without_the_plugin_as_in_lightning(clean_env, tm
     ours = fulmen.Trainer(accelerator="cpu", devices=2, num_nodes=2, strategy="ddp", logger=False)
     assert (ours.world_size, ours.global_rank, ours.local_rank, ours.node_rank) == (4, 3, 1, 1)
     assert (theirs.world_size, theirs.global_rank, theirs.local_rank, theirs.node_rank) == (4, 3, 1, 1)
+    assert type(ours.strategy.cluster_environment).__name__ == "LSFEnvironment"
+
+
+_LAUNCHES = {
+    "fulmen starts them": {},
+    "torchrun": {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "TORCHELASTIC_RUN_ID": "x"},
+    "slurm": {"SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "2", "SLURM_PROCID": "1",
+              "SLURM_LOCALID": "1", "SLURM_NODEID": "0", "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_NUM_NODES": "1",
+              "SLURM_JOB_NODELIST": "node07"},
+}  # fmt: skip
+
+
+@oracle.parity
+@pytest.mark.parametrize("launch", sorted(_LAUNCHES))
+def test_the_strategys_cluster_environment_names_the_launcher_as_lightnings(clean_env, launch):
+    """Code written against Lightning reads the launcher and the ranks from ``strategy.cluster_environment``:
+    the plugin object of the launcher that started the process (or of none: fulmen's own)."""
+    lightning = oracle.lightning()
+    clean_env.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    for key, value in _LAUNCHES[launch].items():
+        clean_env.setenv(key, value)
+    ours = fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False).strategy.cluster_environment
+    theirs = lightning.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False).strategy.cluster_environment
+    assert type(ours).__name__ == type(theirs).__name__
+    for method in ("world_size", "global_rank", "local_rank", "node_rank"):
+        assert getattr(ours, method)() == getattr(theirs, method)(), method
+    assert ours.creates_processes_externally == theirs.creates_processes_externally
+
+
+@oracle.parity
+def test_the_cluster_environment_given_is_the_one_reported_and_can_be_assigned(clean_env):
+    """The object given (a Fabric one unwrapped) is reported as given; one assigned to a strategy no Trainer has
+    set up gives its ranks, as Lightning's strategies read theirs; a one-device strategy has none."""
+    lightning = oracle.lightning()
+    from unittest.mock import Mock
+
+    from lightning.fabric.plugins.environments import LightningEnvironment as FabricLightning
+
+    given = FabricLightning()
+    trainer = fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp", plugins=[given], logger=False)
+    assert trainer.strategy.cluster_environment is given
+    assert trainer._accelerator_connector.cluster_environment is given
+    for strategy in (fulmen.strategies.DDPStrategy(), lightning.strategies.DDPStrategy()):
+        assert strategy.cluster_environment is None
+        strategy.cluster_environment = Mock(world_size=Mock(return_value=4), global_rank=Mock(return_value=3),
+                                            local_rank=Mock(return_value=1), node_rank=Mock(return_value=1))  # fmt: skip
+        assert (strategy.world_size, strategy.global_rank, strategy.local_rank, strategy.node_rank) == (4, 3, 1, 1)
+    for module in (fulmen, lightning):
+        single = module.Trainer(accelerator="cpu", devices=1, logger=False).strategy
+        assert not hasattr(single, "cluster_environment"), type(single).__name__

@@ -44,7 +44,7 @@ def test_slurm_environment_gives_the_ranks(clean_env):
     assert env.detect() and env.creates_processes_externally and env.job_id() == SLURMEnvironment.job_id() == 4242
     assert (env.world_size(), env.global_rank(), env.local_rank(), env.main_address) == (2, 1, 1, "node07")
     trainer = _trainer(env)
-    assert (trainer.world_size, trainer.global_rank, trainer.strategy.cluster_environment.launcher) == (2, 1, "slurm")
+    assert (trainer.world_size, trainer.global_rank, trainer.strategy.cluster_layout.launcher) == (2, 1, "slurm")
     assert trainer.config.cluster_environment is env
 
 
@@ -60,8 +60,10 @@ def test_the_named_launcher_wins_over_the_detected_one(clean_env):
 
 def test_lightning_environment_ignores_an_allocation_and_launches_itself(clean_env):
     _slurm_task(clean_env, rank=1)
-    trainer = _trainer(LightningEnvironment())
-    assert trainer.world_size == 2 and trainer.global_rank == 0 and trainer.strategy.cluster_environment is None
+    env = LightningEnvironment()
+    trainer = _trainer(env)
+    assert trainer.world_size == 2 and trainer.global_rank == 0 and trainer.strategy.cluster_layout is None
+    assert trainer.strategy.cluster_environment is env
 
 
 def test_a_named_launcher_that_did_not_start_the_process_is_refused(clean_env):

@@ -82,7 +82,7 @@ def main(outdir: str) -> None:
             "node_rank": trainer.node_rank,
             "num_nodes": trainer.num_nodes,
             "strategy": type(trainer.strategy).__name__,
-            "launcher": trainer.strategy.cluster_environment.launcher,
+            "launcher": trainer.strategy.cluster_layout.launcher,
             "no_sync_batches": len(blocked),
             "reductions": len(reductions),
         }

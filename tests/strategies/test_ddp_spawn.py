@@ -4,6 +4,7 @@ caller's trainer and module end as after a one-process run on the global batch."
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
@@ -19,6 +20,26 @@ class ValModel(Model):
     def validation_step(self, batch, batch_idx):
         x, y = batch
         self.log("val_loss", torch.nn.functional.cross_entropy(self.net(x), y), sync_dist=True)
+
+
+class Preparing(ValModel):
+    """Records which processes ran ``prepare_data`` (slowly, as a download) and when each process's ``setup``
+    began, in ``record_dir``."""
+
+    def __init__(self, record_dir: str) -> None:
+        super().__init__()
+        self.record_dir = record_dir
+
+    def _record(self, what: str) -> None:
+        with open(os.path.join(self.record_dir, f"{what}-{os.getpid()}-{time.time_ns()}"), "w") as fh:
+            fh.write(os.environ.get("LOCAL_RANK", "none"))
+
+    def prepare_data(self):
+        time.sleep(0.5)
+        self._record("prepared")
+
+    def setup(self, stage):
+        self._record("setup")
 
 
 class FailingOnRankOne(Model):
@@ -51,10 +72,17 @@ def _single_run(model, **kwargs) -> fulmen.Trainer:
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork"])
 def test_spawned_fit_returns_the_trained_model_to_the_caller(tmp_path, strategy):
-    model = ValModel()
+    records = tmp_path / "records"
+    records.mkdir()
+    model = Preparing(str(records))
     trainer = _trainer(tmp_path, strategy)
     assert isinstance(trainer.strategy, DDPSpawnStrategy) and trainer.world_size == 2
     trainer.fit(model, loader(batch_size=4), loader(batch_size=4))
+    # prepare_data (a download) ran once, on local rank 0, and the other process waited for it before setup
+    prepared = [(p.name.split("-"), p.read_text()) for p in records.glob("prepared-*")]
+    setups = [(p.name.split("-"), p.read_text()) for p in records.glob("setup-*")]
+    assert [rank for _, rank in prepared] == ["0"] and sorted(rank for _, rank in setups) == ["0", "1"]
+    assert all(int(name[2]) > int(prepared[0][0][2]) for name, _ in setups)
 
     single = ValModel()
     reference = _single_run(single)

@@ -51,3 +51,24 @@ def test_progress_keeps_the_process_alive():
 def test_a_limit_must_be_positive():
     with pytest.raises(ValueError, match="timeout=0"):
         HangWatchdog(0, lambda: 0, lambda: "", "x")
+
+
+def test_time_in_a_paused_block_does_not_count(monkeypatch):
+    """The user's data preparation (``prepare_data`` on rank 0, the others waiting for it) may take any time."""
+    import fulmen.utilities.watchdog as watchdog
+
+    ended = []
+    monkeypatch.setattr(watchdog.os, "_exit", ended.append)
+    monkeypatch.setattr(HangWatchdog, "_report", lambda self, waited: None)
+    dog = HangWatchdog(0.3, lambda: 0, lambda: "", "rank 1 of 2", poll=0.05)
+    dog.start()
+    try:
+        with dog.paused():
+            time.sleep(0.9)  # three limits without progress, paused
+            assert ended == []
+        deadline = time.monotonic() + 5
+        while not ended and time.monotonic() < deadline:  # counted again once the block ends
+            time.sleep(0.05)
+        assert ended == [watchdog.EXIT_CODE]
+    finally:
+        dog.stop()

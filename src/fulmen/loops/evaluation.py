@@ -16,6 +16,7 @@ from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
+    from fulmen.runtime.data import DataLoaderSource
 
 
 class ValidationInterrupted(Exception):
@@ -76,6 +77,11 @@ class EvaluationLoop:
     def batch_progress(self) -> Progress:
         """Lightning's tracker of this run's batches (read-only)."""
         return self.progress.view()
+
+    @property
+    def _data_source(self) -> DataLoaderSource:
+        """Where this stage's dataloaders come from (Lightning's name, which callbacks and libraries read)."""
+        return self.context.data.source("val" if self.stage == "validation" else "test")
 
     def run(
         self, dataloaders: list[Any], num_batches: list[int | float], in_fit: bool
@@ -192,6 +198,11 @@ class PredictionLoop:
     def batch_progress(self) -> Progress:
         """Lightning's tracker of this run's batches (read-only)."""
         return self.progress.view()
+
+    @property
+    def _data_source(self) -> DataLoaderSource:
+        """Where the prediction dataloaders come from (Lightning's name)."""
+        return self.context.data.source("predict")
 
     @property
     def predictions(self) -> list[Any]:

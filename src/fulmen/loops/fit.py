@@ -61,6 +61,7 @@ from fulmen.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
+    from fulmen.runtime.data import DataLoaderSource
 
 
 class _RunHolder(Protocol):
@@ -174,6 +175,11 @@ class FitLoop:
     def train_dataloader(self) -> Any:
         """The loader of the running fit, or of the last one (as Lightning keeps it readable after fit)."""
         return self._train_dataloader if self._train_dataloader is not None else self._last_train_dataloader
+
+    @property
+    def _data_source(self) -> DataLoaderSource:
+        """Where the training dataloaders come from (Lightning's name, which callbacks and libraries read)."""
+        return self.context.data.source("train")
 
     def stop_reason(self) -> str | None:
         """Why training must not go on (``None``: it goes on)."""

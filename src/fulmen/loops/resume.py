@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import DistributedSampler, RandomSampler, Sampler, SequentialSampler
 
 from fulmen.loops.loader_state import data_parts
+from fulmen.overrides.distributed import DistributedSamplerWrapper, UnrepeatedDistributedSamplerWrapper
 from fulmen.runtime.rng import capture_rng, restore_rng
 from fulmen.runtime.state import FitProgress, LoopPhase
 from fulmen.utilities.data import rebuild_dataloader
@@ -147,6 +148,9 @@ def data_layout(loader: Any) -> dict[str, Any] | None:
     sampler = getattr(loader, "sampler", None)
     if not batch_size or getattr(loader, "batch_sampler", None) is None:
         return None
+    if isinstance(sampler, (DistributedSamplerWrapper, UnrepeatedDistributedSamplerWrapper)):
+        # shares of the user's own sampler's draws: its order is its own, not one fulmen can redraw
+        return {"replicas": sampler.num_replicas, "batch_size": batch_size, "distributed": False}
     if isinstance(sampler, DistributedSampler):
         return {"replicas": sampler.num_replicas, "batch_size": batch_size, "distributed": True,
                 "shuffle": sampler.shuffle, "seed": sampler.seed, "drop_last": sampler.drop_last,

@@ -140,8 +140,9 @@ class UnrepeatedDistributedSamplerWrapper(_SharesOutASampler, UnrepeatedDistribu
 class DistributedSamplerWrapper(_SharesOutASampler, DistributedSampler):
     """Shares out what another ``sampler`` yields (a weighted or custom sampler) as a ``DistributedSampler``
     shares out a data set: each process gets every ``num_replicas``-th of the sampler's indices, padded to equal
-    shares. The wrapped sampler is drawn afresh at every pass and chooses the order: ``shuffle`` and ``seed``
-    here change nothing of it; ``set_epoch`` reaches it too (Lightning Fabric's ``DistributedSamplerWrapper``)."""
+    shares. The wrapped sampler is drawn afresh at every pass; ``shuffle=True`` permutes its draws (by ``seed``
+    and the epoch) before they are shared out; ``set_epoch`` reaches it too (Lightning Fabric's
+    ``DistributedSamplerWrapper``)."""
 
     def __init__(self, sampler: Sampler[Any] | Iterable[Any], *args: Any, **kwargs: Any) -> None:
         super().__init__(_SamplerAsDataset(sampler), *args, **kwargs)

@@ -274,6 +274,26 @@ def as_cluster_environment(obj: object) -> ClusterEnvironment | None:
     return None
 
 
+def user_environment(env: ClusterEnvironment) -> object:
+    """The object the user gave for ``env``: a Lightning (Fabric) environment is unwrapped, so that
+    ``strategy.cluster_environment`` is what the user passed (``isinstance`` checks against their class hold)."""
+    return env.environment if isinstance(env, _WrappedEnvironment) else env
+
+
+def environment_of_layout(layout: ClusterLayout | None, world_size: int) -> ClusterEnvironment:
+    """The plugin that names the launcher of ``layout`` when the user gave none: torchrun's, SLURM's, or
+    fulmen's own (``layout`` None: fulmen starts the ``world_size`` processes itself, or runs this one alone).
+    Code written against Lightning reads the strategy's ``cluster_environment`` for the launcher and the ranks."""
+    if layout is not None and layout.launcher == "torchrun":
+        return TorchElasticEnvironment()
+    if layout is not None and layout.launcher == "slurm":
+        return SLURMEnvironment()
+    environment = LightningEnvironment()
+    environment.set_world_size(layout.world_size if layout is not None else world_size)
+    environment.set_global_rank(layout.global_rank if layout is not None else 0)
+    return environment
+
+
 class LightningEnvironment(ClusterEnvironment):
     """fulmen starts the processes on this machine itself; a launcher's variables (for instance those of an
     interactive SLURM allocation) are ignored, except the ranks fulmen's own launcher sets for the others.

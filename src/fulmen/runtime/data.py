@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch.multiprocessing as mp
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
@@ -43,6 +43,28 @@ def split_datamodule(loaders: Any, datamodule: LightningDataModule | None) -> tu
     return loaders, datamodule
 
 
+class DataLoaderSource:
+    """Where one stage's dataloaders come from: ``instance`` is the dataloaders themselves or the module or data
+    module whose hook ``name`` (the stage's, e.g. ``"train_dataloader"``) returns them (Lightning's
+    ``_DataLoaderSource``, which code written for it reads from the loops)."""
+
+    def __init__(self, instance: Any, name: str) -> None:
+        self.instance = instance
+        self.name = name
+
+    def dataloader(self) -> Any:
+        return getattr(self.instance, self.name)() if self.is_module() else self.instance
+
+    def is_defined(self) -> bool:
+        """Whether there are dataloaders: given ones, or a hook the module or data module implements."""
+        if self.is_module():
+            return is_overridden(self.name, self.instance)
+        return self.instance is not None
+
+    def is_module(self) -> bool:
+        return isinstance(self.instance, (LightningModule, LightningDataModule))
+
+
 class DataSource:
     """Resolves and caches dataloaders for the current run."""
 
@@ -71,14 +93,20 @@ class DataSource:
         self.sources[stage] = loader
 
     def _source_owner(self, stage: str) -> LightningModule | LightningDataModule | None:
+        """The data module or the module whose hook makes ``stage``'s loaders; ``None`` when it does not
+        implement the hook."""
+        source = self.source(stage)
+        return source.instance if source.is_module() and source.is_defined() else None
+
+    def source(self, stage: str) -> DataLoaderSource:
+        """Where ``stage``'s dataloaders come from: those passed to the run, else the data module when one was
+        given (the run's one source of data: a stage it has no loaders for has none, whatever the module
+        defines, as in Lightning), else the module."""
         hook = _STAGE_HOOK[stage]
+        if stage in self.sources:
+            return DataLoaderSource(self.sources[stage], hook)
         datamodule = self.context.datamodule
-        if datamodule is not None and is_overridden(hook, datamodule, LightningDataModule):
-            return datamodule
-        module = self.context.module
-        if module is not None and is_overridden(hook, module, LightningModule):
-            return module
-        return None
+        return DataLoaderSource(datamodule if datamodule is not None else self.context.module, hook)
 
     def has_source(self, stage: str) -> bool:
         return stage in self.sources or self._source_owner(stage) is not None
@@ -111,7 +139,7 @@ class DataSource:
             if any(new is not old for new, old in zip(processed, loader.flattened)):
                 loader.flattened = processed
         else:
-            loader = self._processed(self._distributed(loader, "train"))
+            loader = self._processed(self.distributed(loader, "train"))
         loaders = loader.flattened if isinstance(loader, CombinedLoader) else [loader]
         for dl in loaders:
             self._check_workers(dl, "train")
@@ -141,7 +169,7 @@ class DataSource:
             return [], []
         if isinstance(loader, CombinedLoader) and loader.mode != "sequential":
             # one combined batch per step (a batch of each loader, no dataloader_idx): one loader to the loop
-            loader.flattened = [self._processed(self._distributed(dl, stage)) for dl in loader.flattened]
+            loader.flattened = [self._processed(self.distributed(dl, stage)) for dl in loader.flattened]
             loaders: list[Any] = [loader]
         elif isinstance(loader, CombinedLoader):
             loaders = loader.flattened
@@ -164,7 +192,7 @@ class DataSource:
                     category=PossibleUserWarning,
                 )
         loaders = [
-            dl if isinstance(dl, CombinedLoader) else self._processed(self._distributed(dl, stage)) for dl in loaders
+            dl if isinstance(dl, CombinedLoader) else self._processed(self.distributed(dl, stage)) for dl in loaders
         ]
         for inner in (one for dl in loaders for one in _flat(dl)):
             self._check_workers(inner, stage)
@@ -236,39 +264,42 @@ class DataSource:
             self._val_loaded_epoch = epoch
         return self.val_dataloaders, self.val_num_batches
 
-    def _distributed(self, loader: Any, stage: str) -> Any:
+    def distributed(self, loader: Any, stage: str, shuffle: bool | None = None) -> Any:
         """Under several processes, a DataLoader gets a DistributedSampler (each process its share; the
-        loader keeps its shuffling, and the loops call ``set_epoch``). Opt out with
-        ``Trainer(use_distributed_sampler=False)``."""
+        loader keeps its shuffling unless ``shuffle`` says otherwise, and the loops call ``set_epoch``). Opt out
+        with ``Trainer(use_distributed_sampler=False)``."""
         strategy = self.context.strategy
         # DDP / FSDP on one process too, as Lightning: their order is then a DistributedSampler's, which a run on
         # another number of processes can redraw (resuming mid-epoch, see loops/resume.py)
         if not strategy.is_distributed or not self.context.config.use_distributed_sampler:
             return loader
-        from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+        from fulmen.overrides.distributed import (
+            DistributedSamplerWrapper,
+            UnrepeatedDistributedSamplerWrapper,
+        )
 
-        if type(loader) is not DataLoader or is_iterable_dataset(loader) or loader.batch_sampler is None:
-            return loader  # an iterable, a custom loader or batch sampler: the user shards it
+        if not isinstance(loader, DataLoader) or is_iterable_dataset(loader):
+            return loader  # an iterable or a loader of another kind: the user shards it
         if isinstance(loader.sampler, DistributedSampler):
             return loader
-        # a shuffled loader stays shuffled, for evaluation too (as in Lightning, so seeded runs agree)
-        shuffle = isinstance(loader.sampler, RandomSampler)
+        if shuffle is None:  # a shuffled loader stays shuffled, for evaluation too (seeded runs agree with Lightning)
+            shuffle = isinstance(loader.sampler, RandomSampler)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        shares: dict[str, Any] = {**strategy.distributed_sampler_kwargs, "shuffle": shuffle, "seed": seed}
+        # the shares are padded to equal length (no `drop_last` here): every process then runs as many batches,
+        # and the loader's own `drop_last` drops a short last batch of each share
         sampler: DistributedSampler[Any]
+        changes: dict[str, Any] = {}
         if stage == "predict":
-            # each sample predicted once: a padded sampler would predict (and write) some samples twice; the
-            # shares may differ by one batch, which prediction allows (no collective per batch)
-            from fulmen.overrides.distributed import UnrepeatedDistributedSampler
-
-            sampler = UnrepeatedDistributedSampler(
-                loader.dataset, **strategy.distributed_sampler_kwargs, shuffle=shuffle, seed=seed
-            )
-        else:
-            sampler = DistributedSampler(
-                loader.dataset, **strategy.distributed_sampler_kwargs, shuffle=shuffle, seed=seed,
-                drop_last=loader.drop_last,
-            )  # fmt: skip
-        return rebuild_dataloader(loader, sampler=sampler)
+            # each sample predicted once (a padded share would predict, and write, some twice); the shares may
+            # differ by one batch, which prediction allows (no collective per batch), and no batch is dropped
+            sampler = UnrepeatedDistributedSamplerWrapper(loader.sampler, **shares)
+            changes["drop_last"] = False
+        elif isinstance(loader.sampler, (RandomSampler, SequentialSampler)):
+            sampler = DistributedSampler(loader.dataset, **shares)
+        else:  # the user's own sampler (weighted, custom): its indices are shared out, its order kept
+            sampler = DistributedSamplerWrapper(loader.sampler, **shares)
+        return rebuild_dataloader(loader, sampler=sampler, **changes)
 
     def _allow_zero_length(self) -> bool:
         """Whether a process may have no batches while others have some (the module's or data module's flag)."""

@@ -13,8 +13,10 @@ from fulmen.precision import Precision, select_precision
 from fulmen.strategies.ddp import DDPStrategy
 from fulmen.strategies.ddp_spawn import DDPSpawnStrategy
 from fulmen.strategies.deepspeed import DeepSpeedStrategy
+from fulmen.strategies.environment import ClusterLayout
 from fulmen.strategies.environment import detect as detect_cluster
 from fulmen.strategies.fsdp import FSDPStrategy
+from fulmen.strategies.parallel import ParallelStrategy
 from fulmen.strategies.registry import StrategyRegistry
 from fulmen.strategies.single_device import SingleDeviceStrategy
 from fulmen.strategies.single_xla import SingleDeviceXLAStrategy
@@ -76,6 +78,8 @@ def select_strategy(
     cluster = detect_cluster() if environment is None else environment.required_layout()
     precision_ = precision_plugin or select_precision(precision, devices[0].type)
     chosen = _select(strategy, accelerator, devices, num_nodes, precision_, cluster, environment, interactive)
+    if isinstance(chosen, ParallelStrategy):
+        chosen.resolved_environment = _reported_environment(environment, cluster, len(devices) * num_nodes)
     if environment is not None and chosen.is_distributed:
         environment.validate_settings(num_devices=len(devices), num_nodes=num_nodes)
     if sync_batchnorm and chosen.is_distributed and accelerator.name == "cpu":
@@ -107,6 +111,18 @@ def _job_environment() -> Any:
     if mpi and MPIEnvironment.detect():
         return MPIEnvironment()
     return None
+
+
+def _reported_environment(environment: Any, cluster: ClusterLayout | None, world_size: int) -> object:
+    """What ``strategy.cluster_environment`` reports: the plugin as the user gave it, else the one naming the
+    launcher of ``cluster`` (imported here, as in :func:`_cluster_environment`)."""
+    from fulmen.plugins.environments import environment_of_layout, user_environment
+
+    return (
+        user_environment(environment)
+        if environment is not None
+        else environment_of_layout(cluster, world_size)
+    )
 
 
 def _cluster_environment(environment: Any) -> Any:

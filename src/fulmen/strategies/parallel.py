@@ -10,9 +10,11 @@ parallelism in :mod:`~fulmen.strategies.fsdp`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +88,8 @@ def _thread_states(tasks: str, thread_name: str) -> list[str]:
 
 
 DEFAULT_HANG_TIMEOUT = timedelta(minutes=10)
+# "no limit" for a wait whose length is the user's work (torch takes a timedelta, not None)
+_UNTIMED = timedelta(days=10_000)
 HANG_TIMEOUT_ENV = "FULMEN_HANG_TIMEOUT"
 
 
@@ -142,6 +146,10 @@ class ParallelStrategy(Strategy):
         self._devices = max(1, len(self.parallel_devices))  # processes per node, from the Trainer's devices
         self._launch = False  # this process starts the other local ranks when the run starts
         self._cluster: ClusterLayout | None = None  # read from the launcher's environment
+        # the cluster-environment plugin as the user gave it, or the one naming the launcher, once the Trainer
+        # chose this strategy (strategies/factory.py); one assigned to `cluster_environment` wins over both
+        self.resolved_environment: object | None = None
+        self._assigned_environment: object | None = None
 
     @property
     def parallel_devices(self) -> list[torch.device]:
@@ -168,8 +176,26 @@ class ParallelStrategy(Strategy):
 
     # -- ranks (from the launcher's environment) ---------------------------------------------------------
     @property
-    def cluster_environment(self) -> ClusterLayout | None:
-        """Where the ranks come from (``None`` until a launcher's environment was read)."""
+    def cluster_environment(self) -> Any:
+        """The cluster-environment plugin the ranks come from: the one given (to the strategy or in the Trainer's
+        ``plugins``, as given), else, once a Trainer chose this strategy, the one naming the launcher
+        (``TorchElasticEnvironment`` under torchrun, ``SLURMEnvironment`` in a SLURM job, ``LightningEnvironment``
+        when fulmen starts the processes). ``None`` for a strategy no Trainer has seen. Code written against
+        Lightning reads the launcher and the ranks here; fulmen reads :attr:`cluster_layout`."""
+        for environment in (self._assigned_environment, self.resolved_environment, self.cluster_plugin):
+            if environment is not None:
+                return environment
+        return None
+
+    @cluster_environment.setter
+    def cluster_environment(self, environment: Any) -> None:
+        # reported from now on; until the launcher's environment is read (set-up), the ranks come from it too
+        self._assigned_environment = environment
+
+    @property
+    def cluster_layout(self) -> ClusterLayout | None:
+        """This process's ranks and the job's sizes as the launcher's environment gave them (``None`` until it
+        was read at set-up)."""
         return self._cluster
 
     @property
@@ -177,25 +203,32 @@ class ParallelStrategy(Strategy):
         """Processes on this node (one per device of :attr:`parallel_devices`)."""
         return len(self.parallel_devices)
 
+    def _rank(self, name: str, planned: int) -> int:
+        """A rank or size: from the launcher's layout once read; before that from an environment assigned to
+        :attr:`cluster_environment`; else as planned from the devices and nodes."""
+        cluster = self._cluster
+        if cluster is not None:
+            return int(getattr(cluster, name))
+        assigned = self._assigned_environment
+        if assigned is not None:
+            return int(getattr(assigned, name)())
+        return planned
+
     @property
     def world_size(self) -> int:
-        cluster = self._cluster
-        return cluster.world_size if cluster is not None else self._devices * self.num_nodes
+        return self._rank("world_size", self._devices * self.num_nodes)
 
     @property
     def global_rank(self) -> int:
-        cluster = self._cluster
-        return cluster.global_rank if cluster is not None else 0
+        return self._rank("global_rank", 0)
 
     @property
     def local_rank(self) -> int:
-        cluster = self._cluster
-        return cluster.local_rank if cluster is not None else 0
+        return self._rank("local_rank", 0)
 
     @property
     def node_rank(self) -> int:
-        cluster = self._cluster
-        return cluster.node_rank if cluster is not None else 0
+        return self._rank("node_rank", 0)
 
     # -- set-up -------------------------------------------------------------------------------------------
     def check_launch(
@@ -305,8 +338,8 @@ class ParallelStrategy(Strategy):
     def set_world_ranks(self) -> None:
         """Tell the cluster-environment plugin (when one was given) this process's global rank and the world
         size, and make rank-zero-only output follow this rank."""
-        environment = self.cluster_plugin
-        if environment is not None:
+        told = {id(e): e for e in (self.cluster_plugin, self.cluster_environment) if e is not None}  # each once
+        for environment in told.values():
             for setter, value in (("set_global_rank", self.global_rank), ("set_world_size", self.world_size)):
                 method = getattr(environment, setter, None)
                 if callable(method):
@@ -391,6 +424,22 @@ class ParallelStrategy(Strategy):
             self.in_collective = f"barrier ({name})" if name else "barrier"
             dist.barrier()
             self._left_collective()
+
+    @contextlib.contextmanager
+    def all_wait_after(self, name: str) -> Iterator[None]:
+        if not dist.is_initialized():
+            yield
+            return
+        # a group of its own without the process group's timeout (30 min by default): a download may take
+        # longer; the group is made before the block, as every process gets there at once
+        group = dist.new_group(backend="gloo", timeout=_UNTIMED)
+        try:
+            yield
+            self.in_collective = f"barrier ({name}, waiting for every process to finish it)"
+            dist.barrier(group=group)
+            self._left_collective()
+        finally:
+            dist.destroy_process_group(group)
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         if not dist.is_initialized():

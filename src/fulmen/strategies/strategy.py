@@ -649,6 +649,12 @@ class Strategy:
     def barrier(self, name: str | None = None) -> None:
         pass
 
+    def all_wait_after(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """A block after which every process waits, without a time limit, until all have finished it (one
+        process alone: nothing to wait for). For work one process does while the others wait for its result,
+        for however long it takes: ``prepare_data`` downloading a data set on rank 0."""
+        return contextlib.nullcontext()
+
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         return obj
 

@@ -4,7 +4,8 @@ Libraries and callbacks written against Lightning's trainer internals drive them
 ``trainer._accelerator_connector.is_distributed``; finetuning-scheduler restores the best checkpoint of each
 fine-tuning phase through ``trainer._checkpoint_connector``, orders the callbacks it adds with
 ``trainer._callback_connector._reorder_callbacks`` and reads how a monitored key is reduced from
-``trainer._results``. Each name here answers from the one place fulmen keeps that state; fulmen's own code never
+``trainer._results``; tests written for Lightning attach and prepare data through ``trainer._data_connector``.
+Each name here answers from the one place fulmen keeps that state; fulmen's own code never
 goes through them.
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 from fulmen.trainer.connectors.accelerator_connector import _AcceleratorConnector
 from fulmen.trainer.connectors.callback_connector import _CallbackConnector
+from fulmen.trainer.connectors.data_connector import _DataConnector
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
@@ -43,6 +45,15 @@ class LightningInternals:
     def _checkpoint_connector(self) -> CheckpointConnector:
         """Restores a checkpoint step by step, the object the stage runner restores ``ckpt_path`` with."""
         return self._runner.checkpoints
+
+    @functools.cached_property
+    def _data_connector(self) -> _DataConnector:
+        """Attaches and prepares the data, and injects the distributed sampler, through the trainer's data source."""
+        return _DataConnector(cast("Trainer", self))
+
+    def _teardown(self) -> None:
+        """Give back what the last run holds (its teardown hooks are not called)."""
+        self._runner.release()
 
     @property
     def _results(self) -> ResultCollection | None:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.accelerators import cuda as _cuda
+from fulmen.core.datamodule import LightningDataModule
+from fulmen.core.module import LightningModule
 from fulmen.runtime.context import CheckpointRequest
 from fulmen.runtime.data import step_overridden
 from fulmen.runtime.hooks import training_step_takes_optimizer_idx
@@ -29,7 +31,6 @@ from fulmen.utilities.warnings import PossibleUserWarning
 from fulmen.utilities.watchdog import HangWatchdog
 
 if TYPE_CHECKING:
-    from fulmen.core.module import LightningModule
     from fulmen.runtime.context import RunContext
     from fulmen.trainer.config import TrainerConfig
     from fulmen.trainer.signals import SignalConnector
@@ -211,9 +212,7 @@ class StageRunner:
         hooks, strategy, config = context.hooks, context.strategy, context.config
         strategy.setup_environment()
         self._start_watchdog()
-        if context.datamodule is not None:
-            hooks.call_datamodule("prepare_data")
-        hooks.call_module("prepare_data")
+        self.prepare_data()
         # the enum (a str: `stage == "fit"` holds), as Lightning passes it: a hook that prints or formats `stage`
         # shows `TrainerFn.FITTING` with both
         stage = fn
@@ -245,6 +244,27 @@ class StageRunner:
             self._log_hyperparams(model)
         if fn != TrainerFn.FITTING:  # fit's checkpoint is held until its training state is restored
             self.checkpoints.resume_end()
+
+    def prepare_data(self) -> None:
+        """The data module's, then the module's ``prepare_data``, each in one process of every machine
+        (``prepare_data_per_node=True``, the default: local rank 0) or of the whole job (``False``: on the first
+        machine only): a data set is downloaded once, not by every process into the same files. The other
+        processes wait for it, for however long it takes (the hang watchdog does not count that time)."""
+        trainer, hooks = self.trainer, self.context.hooks
+        # read through the trainer: what a test or a library patches there (`Trainer.local_rank`) counts
+        local_zero = trainer.local_rank == 0
+        first_machine = local_zero and trainer.node_rank == 0
+        owners = ((trainer.datamodule, LightningDataModule, hooks.call_datamodule),
+                  (trainer.lightning_module, LightningModule, hooks.call_module))  # fmt: skip
+        for owner, base, call in owners:
+            if owner is None or not is_overridden("prepare_data", owner, base):
+                continue
+            chosen = local_zero if owner.prepare_data_per_node else first_machine
+            watchdog = self._watchdog
+            paused = watchdog.paused() if watchdog is not None else contextlib.nullcontext()
+            with paused, self.context.strategy.all_wait_after("prepare_data"):
+                if chosen:
+                    call("prepare_data")
 
     def _restore_training_state(self) -> None:
         """Optimizers, schedulers and the loop position, after ``on_fit_start`` as in Lightning: a callback
@@ -389,6 +409,24 @@ class StageRunner:
         if context.profiler is not None and self._once("profiler"):
             with errors:
                 context.profiler.describe()  # the report: a file per stage (and rank), or printed on rank zero
+        errors.raise_first()
+
+    def release(self) -> None:
+        """Give back what a run holds (its loop's iterators, the strategy's processes and files, the hang
+        watchdog, the signal handlers), unless its teardown did already; no hook is called. Lightning's
+        ``trainer._teardown()``, which code calls after a run to be sure nothing is left open."""
+        errors = _FirstError()
+        for part, step in (
+            ("loop", self.trainer.fit_loop.teardown),
+            ("strategy", self.context.strategy.teardown),
+        ):
+            if self._once(part):
+                with errors:
+                    step()
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
+        self.signals.restore()
         errors.raise_first()
 
     def _once(self, part: str) -> bool:

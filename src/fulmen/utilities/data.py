@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -199,10 +200,13 @@ def record_batch_indices(loader: Any) -> tuple[Any, BatchIndexRecorder | None]:
 
 # -- data sets that fit in memory ------------------------------------------------------------------------
 def rebuild_dataloader(loader: Any, **changes: Any) -> Any:
-    """A new ``torch.utils.data.DataLoader`` with the same arguments as ``loader`` except ``changes``
+    """A new DataLoader of ``loader``'s class with the same arguments as ``loader`` except ``changes``
     (``batch_size``, ``sampler``, ...): how fulmen changes a loader the user built (a loader's batch size
-    cannot be changed once it exists)."""
-    if type(loader) is not DataLoader or loader.batch_sampler is None or loader.batch_size is None:
+    cannot be changed once it exists). A subclass of ``DataLoader`` is made again through its own ``__init__``,
+    its other arguments read from the attributes of the same names."""
+    batches_by_size = loader.batch_sampler is not None and loader.batch_size is not None
+    unbatched = loader.batch_sampler is None and "batch_size" not in changes  # batch_size=None: one sample each
+    if not isinstance(loader, DataLoader) or not (batches_by_size or unbatched):
         raise MisconfigurationException(
             f"A {type(loader).__name__} with {type(getattr(loader, 'batch_sampler', None)).__name__} cannot be "
             "rebuilt with other arguments: only a torch DataLoader built with batch_size= can. Let the module "
@@ -221,7 +225,56 @@ def rebuild_dataloader(loader: Any, **changes: Any) -> Any:
             arguments["shuffle"] = True
         elif not is_iterable_dataset(loader):
             arguments["sampler"] = loader.sampler
-    return DataLoader(loader.dataset, **{**arguments, **changes})
+    arguments.update(changes)
+    if type(loader) is DataLoader:
+        return DataLoader(loader.dataset, **arguments)
+    return _made_again(loader, arguments)
+
+
+def _made_again(loader: DataLoader, arguments: dict[str, Any]) -> DataLoader:
+    """``type(loader)(...)``: the DataLoader arguments its ``__init__`` takes from ``arguments``, its own from
+    ``loader``'s attributes of the same names (a subclass that keeps them, as most do)."""
+    cls = type(loader)
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    named = {
+        p.name: p
+        for p in parameters
+        if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    }
+    attributes = {k: v for k, v in vars(loader).items() if not k.startswith("_")}
+    call: dict[str, Any] = {}
+    missing = []
+    for name, parameter in named.items():
+        if name == "dataset":
+            call[name] = loader.dataset
+        elif name in arguments:
+            call[name] = arguments[name]
+        elif name in attributes and name not in ("batch_sampler", "sampler", "shuffle"):
+            call[name] = attributes[name]
+        elif parameter.default is inspect.Parameter.empty:
+            missing.append(name)
+    refused = (
+        [] if takes_any else sorted(k for k in ("sampler", "batch_size") if k in arguments and k not in named)
+    )
+    if missing or refused:
+        problem = (
+            f"its __init__ requires {', '.join(map(repr, missing))}, which it does not keep as attributes of the same "
+            "names"
+            if missing
+            else f"its __init__ takes no {', '.join(map(repr, refused))}"
+        )
+        raise MisconfigurationException(
+            f"fulmen must make the {cls.__name__} again with another sampler or batch size, but {problem}. Store each "
+            f"__init__ argument as an attribute of the same name (self.{(missing or refused)[0]} = ...) and pass "
+            "the DataLoader arguments on (or **kwargs), or set Trainer(use_distributed_sampler=False) and give it "
+            "a DistributedSampler yourself."
+        )
+    if takes_any:
+        call.update({k: v for k, v in arguments.items() if k not in named})
+    if call.get("sampler") is not None:
+        call.pop("shuffle", None)  # a sampler given: `shuffle` must not be
+    return cls(**call)
 
 
 def with_batch_sampler(loader: DataLoader, batch_sampler: Any, dataset: Any = None, persistent: bool | None = None) -> DataLoader:

@@ -14,13 +14,14 @@ Reading the count costs the training loop nothing; the thread wakes once a secon
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 
 EXIT_CODE = 1
 
@@ -41,6 +42,7 @@ class HangWatchdog:
         self._progress, self._where, self.name = progress, where, name
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._paused = 0  # inside paused() blocks: the clock restarts when the last one ends
 
     def start(self) -> None:
         if self._thread is not None:
@@ -55,11 +57,20 @@ class HangWatchdog:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """A block that may take any time without progress (the user's data preparation): not counted."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
     def _watch(self) -> None:
         last, since = self._progress(), time.monotonic()
         while not self._stopped.wait(self.poll):
             now, seen = time.monotonic(), self._progress()
-            if seen != last:
+            if seen != last or self._paused:
                 last, since = seen, now
             elif now - since >= self.timeout:
                 self._report(now - since)
