@@ -1,8 +1,9 @@
 """Two DDP processes (fulmen's own launcher) logging per-rank epoch values; run by test_resume_epoch_metrics.
 
-Usage: ``python epoch_metrics_ddp.py OUTDIR whole`` (checkpoints after every step) or
-``python epoch_metrics_ddp.py OUTDIR resume CKPT``. Each rank writes OUTDIR/<mode>-rank<R>.pt: the epoch values
-it saw at each epoch end.
+Usage: ``python epoch_metrics_ddp.py OUTDIR``: the same two processes first run ``whole`` (checkpoints after
+every step), then ``resume`` a new Trainer and model from the whole run's checkpoint after step 3 (a fresh fit
+restores everything from the checkpoint, as a new launch would; one launch instead of two saves a start of both
+processes). Each rank writes OUTDIR/<mode>-rank<R>.pt: the epoch values it saw at each epoch end.
 """
 
 from __future__ import annotations
@@ -46,4 +47,5 @@ def main(out: str, mode: str, ckpt: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main(sys.argv[1], "whole")
+    main(sys.argv[1], "resume", f"{sys.argv[1]}/ckpt/epoch=0-step=3.ckpt")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.loops.streaming_resume import fit
+from tests.loops.streaming_resume import fit, write_parquet
 
 SCRIPT = Path(__file__).with_name("streaming_resume.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +46,10 @@ def _weights(out: Path, run: str) -> dict[str, torch.Tensor]:
 
 
 def _prepare(out: Path, source: str) -> None:
-    writer = "write_parquet" if source.startswith("hf") else "write_litdata"
-    code = f"from pathlib import Path; from tests.loops.streaming_resume import {writer}; {writer}(Path({str(out)!r}))"
+    if source.startswith("hf"):  # pyarrow, in this process like the runs that read the files (a start saved)
+        write_parquet(out)
+        return
+    code = f"from pathlib import Path; from tests.loops.streaming_resume import write_litdata as w; w(Path({str(out)!r}))"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)  # optimize() sets spawn: not here
 

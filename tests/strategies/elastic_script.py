@@ -4,7 +4,9 @@ Each (re)start is a fresh fit on however many processes torchrun gives it, conti
 checkpoint (``ckpt_path="last"``); ``GlobalBatchSize(16)`` keeps 16 samples per optimizer step (4 per process
 and batch: one batch per step on 4 processes, two on 2). Every process appends what each of its batches trained
 to ``OUT/samples-w<world size>-s<first step>-p<port>-r<rank>.txt`` (``time global_step epoch indices``), and rank 0 the final weights to
-``OUT/final.pt``. A batch sleeps ``PACE`` seconds so that the test can kill a node while training runs.
+``OUT/final.pt``. In the job's first start (from step 0) a batch sleeps ``PACE`` seconds, so that the test can
+kill a node, or add one, while that start trains; the starts after the change (resumed from a checkpoint) train
+at full speed, as nothing has to happen while they run.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Recorded(Wide):
         # one file per process and start: the start's world size and the step it continued from
         world, port = self.trainer.world_size, os.environ["MASTER_PORT"]
         self.record = self.out / f"samples-w{world}-s{self.trainer.global_step}-p{port}-r{self.global_rank}.txt"
+        if self.trainer.global_step > 0:  # a restart: the node was lost or has joined already
+            self.pace = 0.0
 
     def training_step(self, batch, batch_idx):
         index = batch[2].tolist()

@@ -1,6 +1,7 @@
 """FSDP and model-parallel runs for tests/strategies/test_fsdp.py, started by torchrun (gloo on the CPU).
 
-Usage: ``torchrun --nproc_per_node=N fsdp_script.py SCENARIO OUTDIR [CHECKPOINTS...]``. Each rank writes
+Usage: ``torchrun --nproc_per_node=N fsdp_script.py SCENARIO OUTDIR [CHECKPOINTS...]`` (or, for one process,
+``python fsdp_script.py ...`` with torchrun's variables RANK, WORLD_SIZE, MASTER_PORT... set). Each rank writes
 ``OUTDIR/<scenario>-rank<R>.pt`` with what it saw, case by case:
 
 - ``main`` (2 processes): training under FSDP / ModelParallel (weights, gradient-sync blocks, local shard

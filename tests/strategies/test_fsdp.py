@@ -1,6 +1,7 @@
-"""FSDP (FSDP2) and 2-D model parallelism on CPU with gloo, started by torchrun: the same training as one
-process on the global batch, shards of 1/world_size, sharded and full checkpoints, resharding, a SIGKILL
-during a save, and resuming mid-epoch on another number of processes (DDP and FSDP)."""
+"""FSDP (FSDP2) and 2-D model parallelism on CPU with gloo, started by torchrun (a world of one directly, with
+the variables torchrun would set): the same training as one process on the global batch, shards of
+1/world_size, sharded and full checkpoints, resharding, a SIGKILL during a save, and resuming mid-epoch on
+another number of processes (DDP and FSDP)."""
 
 from __future__ import annotations
 
@@ -22,16 +23,25 @@ STEPS_PER_EPOCH = 8  # 64 samples, a global batch of 8
 
 
 def _torchrun(nproc: int, *args: str, expect_ok: bool = True) -> str:
+    """``torchrun --nproc_per_node=nproc SCRIPT *args``. One process is started directly, with the variables
+    torchrun gives its single worker: what is tested there is FSDP on a world of one, not torchrun's agent
+    (whose start, about 2 s, would be all the difference)."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    for key in [k for k in env if k.startswith("SLURM_")] + ["RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT"]:
+    for key in [k for k in env if k.startswith(("SLURM_", "TORCHELASTIC_"))] + ["RANK", "LOCAL_RANK", "WORLD_SIZE",
+                                                                               "LOCAL_WORLD_SIZE", "MASTER_PORT"]:  # fmt: skip
         env.pop(key, None)
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-               f"--master_port={port}", SCRIPT, *args]  # fmt: skip
+    if nproc == 1:
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+        command = [sys.executable, SCRIPT, *args]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+                   "--master_addr=127.0.0.1", f"--master_port={port}", SCRIPT, *args]  # fmt: skip
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     output = proc.stdout + proc.stderr
     if expect_ok:
