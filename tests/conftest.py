@@ -30,3 +30,25 @@ def pytest_terminal_summary(terminalreporter):
     walk = __import__("sys").modules.get("tests.compat.test_api_walk")
     for line in getattr(walk, "COUNTS", []):
         terminalreporter.write_line(f"Lightning 2.6.6 public API in fulmen: {line}")
+
+
+def _freeze_survivors() -> None:
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_collection_finish(session):
+    """The suite's process holds a large heap once the tests are collected (torch, Lightning, the loggers'
+    packages), and it lives until the end: moved out of the garbage collector's sight (``gc.freeze``), so that
+    each automatic full collection walks only what the tests made since (it walked everything: a second and
+    more per collection late in the suite). What the tests make is collected as before."""
+    _freeze_survivors()
+
+
+@pytest.hookimpl(trylast=True)  # after the module's fixtures were finalized
+def pytest_runtest_teardown(item, nextitem):
+    """The same after each test module: what survives it (caches, imported modules) stays to the end."""
+    if nextitem is None or nextitem.module is not item.module:
+        _freeze_survivors()

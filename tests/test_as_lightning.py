@@ -234,3 +234,29 @@ def test_usage(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "fulmen.as_lightning", str(tmp_path / "nope.py")],
                              capture_output=True, text=True)  # fmt: skip
     assert missing.returncode != 0 and "nope.py" in missing.stderr
+
+
+UMBRELLA_PROGRAM = """
+import sys
+import lightning
+import lightning.pytorch as pl
+
+print("fabric imported at start:", "lightning.fabric" in sys.modules)
+print("metadata:", lightning.__version__, lightning.__license__, lightning.__author__)
+print("trainer:", lightning.Trainer is pl.Trainer, lightning.LightningModule.__module__)
+print("fabric:", lightning.Fabric.__module__, lightning.seed_everything.__module__)
+print("logger:", [type(h).__name__ for h in __import__("logging").getLogger("lightning").handlers])
+"""
+
+
+def test_the_installed_umbrella_package_imports_fabric_only_when_read(tmp_path):
+    """With Lightning installed, ``import lightning`` under the alias is the real package's files without its
+    ``__init__``'s Fabric import (seconds of every aliased process's start); its names are the same."""
+    import lightning
+
+    out = _run(UMBRELLA_PROGRAM, "-m", "fulmen.as_lightning", "program.py", cwd=tmp_path).stdout
+    assert "fabric imported at start: False" in out
+    assert f"metadata: {lightning.__version__} {lightning.__license__} {lightning.__author__}" in out
+    assert "trainer: True fulmen.core.module" in out
+    assert "fabric: lightning.fabric.fabric lightning.fabric.utilities.seed" in out
+    assert "logger: ['StreamHandler']" in out

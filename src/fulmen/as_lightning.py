@@ -15,7 +15,9 @@ module object itself (so a library's ``class MyCallback(pl.Callback)`` subclasse
 ``isinstance`` agrees both ways), except the two roots: they are thin views of ``fulmen`` whose
 ``__version__`` is the Lightning version fulmen matches, because libraries gate features on that number.
 ``lightning.fabric``, ``lightning_fabric`` and ``lightning_utilities`` stay the real packages where they are
-installed; without Lightning installed, ``import lightning`` gives a package whose ``pytorch`` is fulmen.
+installed (the umbrella ``lightning`` imports Fabric only when ``lightning.Fabric`` or
+``lightning.seed_everything`` is first read); without Lightning installed, ``import lightning`` gives a package
+whose ``pytorch`` is fulmen.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ class _LightningAlias(importlib.abc.MetaPathFinder):
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname == "lightning":
-            return None if self._installed_elsewhere(fullname, path) else self._umbrella_spec()
+            real = self._real_spec(fullname, path)
+            return self._umbrella_spec() if real is None else _lazy_umbrella_spec(real)
         target_name = _fulmen_name(fullname)
         if target_name is None:
             return None
@@ -108,19 +111,20 @@ class _LightningAlias(importlib.abc.MetaPathFinder):
             fullname, _Existing(module), is_package=hasattr(module, "__path__"), origin=module.__file__
         )
 
-    def _installed_elsewhere(self, fullname: str, path: Sequence[str] | None) -> bool:
-        """Whether a finder after this one finds the real umbrella package ``lightning``."""
+    def _real_spec(self, fullname: str, path: Sequence[str] | None) -> importlib.machinery.ModuleSpec | None:
+        """The spec a finder after this one gives the real umbrella package ``lightning`` (None: not installed)."""
         later = sys.meta_path[sys.meta_path.index(self) + 1 :] if self in sys.meta_path else sys.meta_path
         for finder in later:
             find = getattr(finder, "find_spec", None)
             if find is None:
                 continue
             try:
-                if find(fullname, path) is not None:
-                    return True
+                spec = find(fullname, path)
             except ImportError:
-                return False
-        return False
+                return None
+            if spec is not None:
+                return spec
+        return None
 
     def _umbrella_spec(self) -> importlib.machinery.ModuleSpec:
         umbrella = ModuleType("lightning", "Lightning's umbrella package, standing in for fulmen (no Lightning installed).")
@@ -138,6 +142,54 @@ class _Umbrella(_Existing):
         module.pytorch = root  # type: ignore[attr-defined]
         for name in ("Trainer", "LightningModule", "LightningDataModule", "Callback", "seed_everything"):
             setattr(module, name, getattr(fulmen, name))
+
+
+# the real umbrella package's names that live in Lightning Fabric, imported when first read
+_FABRIC_NAMES = {"Fabric": "lightning.fabric.fabric", "seed_everything": "lightning.fabric.utilities.seed"}
+_TRAINER_NAMES = ("Trainer", "LightningModule", "LightningDataModule", "Callback")
+
+
+def _lazy_umbrella_spec(real: importlib.machinery.ModuleSpec) -> importlib.machinery.ModuleSpec:
+    """The installed ``lightning`` package (its files: ``lightning.fabric`` and the rest stay the real ones),
+    without running its ``__init__``, which imports Lightning Fabric (about 3 s of every aliased process's start,
+    its DDP workers' included) for two names a program rarely reads: those are imported when first read."""
+    spec = importlib.machinery.ModuleSpec("lightning", _LazyUmbrella(), origin=real.origin, is_package=True)
+    spec.submodule_search_locations = list(real.submodule_search_locations or [])
+    spec.has_location = real.has_location
+    return spec
+
+
+class _LazyUmbrella(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None  # a plain module
+
+    def exec_module(self, module: ModuleType) -> None:
+        import logging
+
+        # what the real __init__ sets up besides its imports: the "lightning" logger prints INFO to the console
+        logger = logging.getLogger("lightning")
+        logger.setLevel(logging.INFO)
+        console = logging.StreamHandler()
+        console.setLevel(logging.INFO)
+        console.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        logger.addHandler(console)
+        # the package's metadata (`__author__`, `__license__` ...: what its `__about__` exports)
+        about = importlib.import_module("lightning.__about__")
+        module.__dict__.update({name: getattr(about, name) for name in getattr(about, "__all__", ())})
+        module.__version__ = importlib.import_module("lightning.__version__").version  # type: ignore[attr-defined]
+        module.__all__ = [*_TRAINER_NAMES, "seed_everything", "Fabric", "__version__"]  # type: ignore[attr-defined]
+
+        def __getattr__(name: str) -> object:
+            if name in _FABRIC_NAMES:
+                value = getattr(importlib.import_module(_FABRIC_NAMES[name]), name)
+            elif name in _TRAINER_NAMES:
+                value = getattr(importlib.import_module("lightning.pytorch"), name)
+            else:
+                raise AttributeError(f"module 'lightning' has no attribute {name!r}")
+            setattr(module, name, value)
+            return value
+
+        module.__getattr__ = __getattr__  # type: ignore[attr-defined]
 
 
 def alias_finder() -> importlib.abc.MetaPathFinder:

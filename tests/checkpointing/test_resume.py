@@ -5,6 +5,7 @@ Each test drives ``resume_run.py`` in subprocesses (a real SIGKILL cannot be sur
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import random
 import signal
@@ -107,10 +108,14 @@ def test_resume_with_persistent_worker_processes(tmp_path):
     """With random augmentation drawn in the workers' ``__getitem__`` (sample seeding makes it exact)."""
     env = {"PERSIST": "1", "AUGMENT": "1"}
     ref_out = tmp_path / "ref"
-    assert _run(ref_out, "--reference", "--workers", "2", env=env).returncode == 0
     out = tmp_path / "run"
-    # killed mid-validation in epoch 1, inside an accumulation window: the workers of both loaders are running
-    assert _run(out, "--workers", "2", "--kill", "val:22", env=env).returncode == -signal.SIGKILL
+    # the reference and the run that is killed are independent: they run at the same time
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        reference_run = pool.submit(_run, ref_out, "--reference", "--workers", "2", env=env)
+        # killed mid-validation in epoch 1, inside an accumulation window: the workers of both loaders are running
+        killed_run = pool.submit(_run, out, "--workers", "2", "--kill", "val:22", env=env)
+        assert reference_run.result().returncode == 0
+        assert killed_run.result().returncode == -signal.SIGKILL
     assert _run(out, "--resume", "--workers", "2", env=env).returncode == 0
     _assert_bitwise_equal(_weights(out / "final.pt"), _weights(ref_out / "final.pt"))
 

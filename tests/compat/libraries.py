@@ -50,6 +50,12 @@ The chosen test files (those that train through the Trainer):
   ``trainer._callback_connector``, ``trainer._accelerator_connector``) and loop state
   (``fit_loop.epoch_progress``, ``epoch_loop.global_step``), which fulmen has as views of its own state.
 
+- **scvi-tools** (1.4.2, tag ``1.4.2``: the newest release that installs on Python 3.11): ``tests/train``, the tests of its training plans and callbacks on the
+  Trainer: a ``TrainingPlan`` that logs ELBO components and reads ``trainer.current_epoch`` / ``max_epochs``
+  for KL warm-up, its ``LoudEarlyStopping`` (a subclass of ``EarlyStopping``) and checkpoint callbacks reading
+  ``callback_metrics`` and ``should_stop``, a progress bar of its own, and device arguments parsed with
+  ``_AcceleratorConnector`` before a Trainer exists.
+
 Forecasting and tabular libraries built on Lightning are left out on purpose: they are kept for an
 independent check.
 """
@@ -116,6 +122,16 @@ LIBRARIES = (
         cwd=".",
         tests=("tests/test_finetuning_scheduler_callback.py",),
         pythonpath=("tests",),  # as its pyproject's ``pythonpath = "tests"``
+    ),
+    Library(
+        name="scvi-tools",
+        repo="scverse/scvi-tools",
+        ref="1.4.2",
+        packages=("scvi-tools==1.4.2",),
+        archive=("pyproject.toml", "tests/__init__.py", "tests/conftest.py", "tests/data", "tests/train"),
+        cwd=".",
+        tests=("tests/train",),
+        pythonpath=(".",),  # the tests import ``tests.data.utils``
     ),
 )
 

@@ -288,12 +288,7 @@ def test_launch_checks(monkeypatch):
     assert custom.strategy._ddp_kwargs["find_unused_parameters"] is True
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["torchrun", "fulmen"])
-@pytest.mark.parametrize("killed", [0, 1])
-def test_a_killed_rank_ends_the_job(tmp_path, launcher, killed):
-    """SIGKILL one rank mid-training: every process exits (no hang until the 30-minute process-group timeout),
-    the output names the rank, and the checkpoints written before remain loadable."""
+def _killed_rank_job(out: Path, launcher: str, killed: int) -> subprocess.Popen[str]:
     script = str(ROOT / "tests" / "strategies" / "ddp_script.py")
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")
@@ -301,36 +296,51 @@ def test_a_killed_rank_ends_the_job(tmp_path, launcher, killed):
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TEST_KILL_RANK=str(killed))
     if launcher == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
-                   f"--master_port={_free_port()}", "--nproc_per_node=2", script, str(tmp_path)]  # fmt: skip
+                   f"--master_port={_free_port()}", "--nproc_per_node=2", script, str(out)]  # fmt: skip
     else:
-        command = [sys.executable, script, str(tmp_path)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=tmp_path, start_new_session=True)  # fmt: skip
-    try:
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
-    assert proc.returncode != 0, output[-3000:]
-    survivor = 1 - killed
-    if launcher == "torchrun":  # torchrun's report names the rank that died
-        assert f"rank      : {killed} (local_rank: {killed})" in output and "Signal 9 (SIGKILL)" in output, (
-            output
-        )
-    elif killed == 1:  # rank 0 started rank 1 and says what became of it
-        assert "rank 1 (pid" in output and "was killed by SIGKILL" in output, output[-3000:]
-    assert f"fulmen: rank {survivor} of 2" in output, output[-3000:]  # the survivor names itself
-    # no process of the job is left running (the session holds them all)
-    listing = subprocess.run(
-        ["ps", "-o", "stat=,pid=,args=", "-s", str(proc.pid)], capture_output=True, text=True
-    )
-    alive = [line for line in listing.stdout.splitlines() if not line.startswith("Z")]  # zombies have ended
-    assert alive == [], alive
+        command = [sys.executable, script, str(out)]
+    out.mkdir()
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            cwd=out, start_new_session=True)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "fulmen"])
+def test_a_killed_rank_ends_the_job(tmp_path, launcher):
+    """SIGKILL one rank mid-training: every process exits (no hang until the 30-minute process-group timeout),
+    the output names the rank, and the checkpoints written before remain loadable. Rank 0 killed in one job,
+    rank 1 in another, at the same time."""
     from fulmen.utilities import checkpoint_io
 
-    written = sorted((tmp_path / "ckpt").glob("*.ckpt"))
-    assert [p.name for p in written] == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt"]
-    for path in written:
-        assert checkpoint_io.load(path, map_location="cpu", weights_only=True)["global_step"] in (2, 4)
+    jobs = {killed: _killed_rank_job(tmp_path / f"killed{killed}", launcher, killed) for killed in (0, 1)}
+    outputs = {}
+    try:
+        for killed, proc in jobs.items():
+            outputs[killed], _ = proc.communicate(timeout=120)
+    finally:
+        for proc in jobs.values():
+            os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+    for killed, proc in jobs.items():
+        output = outputs[killed]
+        assert proc.returncode != 0, output[-3000:]
+        survivor = 1 - killed
+        if launcher == "torchrun":  # torchrun's report names the rank that died
+            assert f"rank      : {killed} (local_rank: {killed})" in output and "Signal 9 (SIGKILL)" in output, (
+                output
+            )
+        elif killed == 1:  # rank 0 started rank 1 and says what became of it
+            assert "rank 1 (pid" in output and "was killed by SIGKILL" in output, output[-3000:]
+        assert f"fulmen: rank {survivor} of 2" in output, output[-3000:]  # the survivor names itself
+        # no process of the job is left running (the session holds them all)
+        listing = subprocess.run(
+            ["ps", "-o", "stat=,pid=,args=", "-s", str(proc.pid)], capture_output=True, text=True
+        )
+        alive = [line for line in listing.stdout.splitlines() if not line.startswith("Z")]  # zombies have ended
+        assert alive == [], alive
+        written = sorted((tmp_path / f"killed{killed}" / "ckpt").glob("*.ckpt"))
+        assert [p.name for p in written] == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt"]
+        for path in written:
+            assert checkpoint_io.load(path, map_location="cpu", weights_only=True)["global_step"] in (2, 4)
 
 
 FAILS_BEFORE_RENDEZVOUS = """
@@ -394,11 +404,23 @@ def test_processes_exit_cleanly_right_after_collectives(tmp_path):
         k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")
     }
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TEST_EXIT="1")
-    for _ in range(2):  # (the FSDP tests' four torchrun launches must exit cleanly too: the same exit path)
+    # two launches at the same time, in directories of their own (the FSDP tests' four torchrun launches must
+    # exit cleanly too: the same exit path)
+    jobs = []
+    for n in range(2):
+        out = tmp_path / f"launch{n}"
+        out.mkdir()
         command = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
-                   f"--master_port={_free_port()}", "--nproc_per_node=2", script, str(tmp_path)]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-        assert done.returncode == 0, done.stderr[-3000:]
+                   f"--master_port={_free_port()}", "--nproc_per_node=2", script, str(out)]  # fmt: skip
+        jobs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     cwd=out))  # fmt: skip
+    try:
+        for job in jobs:
+            _, stderr = job.communicate(timeout=120)
+            assert job.returncode == 0, stderr[-3000:]
+    finally:
+        for job in jobs:
+            job.kill() if job.poll() is None else None
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names and states from Linux's /proc")
