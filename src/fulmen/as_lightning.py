@@ -189,7 +189,7 @@ class _LazyUmbrella(importlib.abc.Loader):
             setattr(module, name, value)
             return value
 
-        module.__getattr__ = __getattr__  # type: ignore[attr-defined]
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
 
 
 def alias_finder() -> importlib.abc.MetaPathFinder:

@@ -196,3 +196,45 @@ def test_the_datamodule_is_attached_with_its_trainer():
     datamodule = LightningDataModule()
     trainer._data_connector.attach_datamodule(BoringModel(), datamodule=datamodule)
     assert trainer.datamodule is datamodule and datamodule.trainer is trainer
+
+
+class Scaling(DataLoader):
+    """Keeps none of its arguments: only the arguments recorded when a ``*_dataloader`` hook made it can make it
+    again."""
+
+    def __init__(self, data, scale, **kwargs):
+        super().__init__([value * scale for value in data], **kwargs)
+
+
+@oracle.parity
+def test_a_subclass_made_in_a_hook_is_made_again_from_its_arguments_as_by_lightning():
+    lightning = oracle.lightning()
+    from lightning.pytorch.demos.boring_classes import BoringModel as TheirBoringModel
+    from lightning.pytorch.trainer.connectors.data_connector import _request_dataloader
+    from lightning.pytorch.trainer.states import RunningStage as TheirStage
+
+    seen = {}
+    for lib, base in ((fulmen, BoringModel), (lightning, TheirBoringModel)):
+
+        class Model(base):
+            def train_dataloader(self):
+                return Scaling(list(range(8)), 10, batch_size=2)
+
+        trainer = lib.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False)
+        model = Model()
+        with mock.patch.object(type(trainer.strategy), "global_rank", new_callable=mock.PropertyMock, return_value=1):
+            if lib is fulmen:
+                trainer._data_connector.attach_data(model)
+                loader = trainer._context.data.request_train_dataloader()
+            else:
+                trainer.strategy.connect(model)
+                trainer._data_connector.attach_data(model)
+                made = _request_dataloader(trainer.fit_loop._data_source)
+                loader = trainer._data_connector._prepare_dataloader(made, shuffle=False, mode=TheirStage.TRAINING)
+        seen[lib.__name__] = (type(loader).__name__, [b.tolist() for b in loader])
+    assert seen["fulmen"] == seen["lightning.pytorch"] == ("Scaling", [[10, 30], [50, 70]])
+    # made outside a hook, nothing was recorded: refused, naming the argument
+    trainer = fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False)
+    with pytest.raises(MisconfigurationException, match="'scale'.*`\\*_dataloader` hook"):
+        trainer._data_connector._prepare_dataloader(Scaling(list(range(4)), 2, batch_size=2), shuffle=False,
+                                                    mode=RunningStage.TRAINING)  # fmt: skip

@@ -17,6 +17,7 @@ from fulmen.utilities.data import (
     is_iterable_dataset,
     parse_num_batches,
     rebuild_dataloader,
+    recording_loader_arguments,
     suggested_max_num_workers,
 )
 from fulmen.utilities.exceptions import MisconfigurationException
@@ -119,9 +120,12 @@ class DataSource:
             return None
         hook = _STAGE_HOOK[stage]
         module = self.context.module
-        if owner is module and module is not None:
-            return self.context.hooks.call_module(hook)
-        return getattr(owner, hook)()
+        # the loaders' __init__ arguments recorded: a DataLoader subclass can then be made again with the
+        # distributed sampler even if it does not keep them
+        with recording_loader_arguments():
+            if owner is module and module is not None:
+                return self.context.hooks.call_module(hook)
+            return getattr(owner, hook)()
 
     def request_train_dataloader(self) -> Any:
         loader = self._request("train")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import inspect
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -231,50 +233,107 @@ def rebuild_dataloader(loader: Any, **changes: Any) -> Any:
     return _made_again(loader, arguments)
 
 
+_RECORDED = "_fulmen_init_arguments"  # where a loader made while recording keeps its __init__ arguments
+
+
+@contextlib.contextmanager
+def recording_loader_arguments() -> Iterator[None]:
+    """While held, each ``DataLoader`` made (of any subclass defined by then) remembers the arguments its
+    ``__init__`` was called with, so that fulmen can make it again with another sampler even when its class
+    does not keep them as attributes. Held while a module's or data module's ``*_dataloader`` hook runs."""
+    classes: list[Any] = []
+    todo: list[Any] = [DataLoader]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if "__init__" in vars(cls):
+            classes.append(cls)
+    originals = {cls: vars(cls)["__init__"] for cls in classes}
+
+    def recording(original: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(original)
+        def __init__(self: DataLoader, *args: Any, **kwargs: Any) -> None:
+            if _RECORDED not in self.__dict__:  # the outermost __init__: the loader's own class
+                self.__dict__[_RECORDED] = (args, kwargs)
+            original(self, *args, **kwargs)
+
+        return __init__
+
+    for cls, original in originals.items():
+        cls.__init__ = recording(original)
+    try:
+        yield
+    finally:
+        for cls, original in originals.items():
+            cls.__init__ = original
+
+
+def _recorded_arguments(loader: DataLoader) -> dict[str, Any]:
+    """The arguments ``loader``'s ``__init__`` was called with (by name; what went to ``**kwargs`` flattened),
+    when it was made while recording (:func:`recording_loader_arguments`)."""
+    recorded = loader.__dict__.get(_RECORDED)
+    if recorded is None:
+        return {}
+    args, kwargs = recorded
+    try:
+        bound = inspect.signature(type(loader).__init__).bind(loader, *args, **kwargs)
+    except TypeError:
+        return {}
+    found: dict[str, Any] = {}
+    for name, value in list(bound.arguments.items())[1:]:
+        kind = bound.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            found.update(value)
+        elif kind is not inspect.Parameter.VAR_POSITIONAL:
+            found[name] = value
+    return found
+
+
 def _made_again(loader: DataLoader, arguments: dict[str, Any]) -> DataLoader:
     """``type(loader)(...)``: the DataLoader arguments its ``__init__`` takes from ``arguments``, its own from
-    ``loader``'s attributes of the same names (a subclass that keeps them, as most do)."""
+    the arguments it was made with (when made in a ``*_dataloader`` hook), else from ``loader``'s attributes of
+    the same names (a subclass that keeps them, as most do)."""
     cls = type(loader)
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-    named = {
-        p.name: p
-        for p in parameters
-        if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    }
+    named = {p.name: p for p in parameters
+             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}  # fmt: skip
+    given = _recorded_arguments(loader)
     attributes = {k: v for k, v in vars(loader).items() if not k.startswith("_")}
     call: dict[str, Any] = {}
     missing = []
     for name, parameter in named.items():
-        if name == "dataset":
-            call[name] = loader.dataset
+        if name == "dataset":  # as given (a subclass may have wrapped it before handing it on)
+            call[name] = given.get(name, loader.dataset)
         elif name in arguments:
             call[name] = arguments[name]
+        elif name in given and name not in ("batch_sampler", "sampler", "shuffle"):
+            call[name] = given[name]
         elif name in attributes and name not in ("batch_sampler", "sampler", "shuffle"):
             call[name] = attributes[name]
         elif parameter.default is inspect.Parameter.empty:
             missing.append(name)
-    refused = (
-        [] if takes_any else sorted(k for k in ("sampler", "batch_size") if k in arguments and k not in named)
-    )
+    refused = [] if takes_any else sorted(k for k in ("sampler", "batch_size") if k in arguments and k not in named)
     if missing or refused:
         problem = (
-            f"its __init__ requires {', '.join(map(repr, missing))}, which it does not keep as attributes of the same "
-            "names"
-            if missing
-            else f"its __init__ takes no {', '.join(map(repr, refused))}"
-        )
+            f"its __init__ requires {', '.join(map(repr, missing))}, which it does not keep as attributes of the "
+            "same names" if missing else f"its __init__ takes no {', '.join(map(repr, refused))}"
+        )  # fmt: skip
         raise MisconfigurationException(
-            f"fulmen must make the {cls.__name__} again with another sampler or batch size, but {problem}. Store each "
-            f"__init__ argument as an attribute of the same name (self.{(missing or refused)[0]} = ...) and pass "
-            "the DataLoader arguments on (or **kwargs), or set Trainer(use_distributed_sampler=False) and give it "
-            "a DistributedSampler yourself."
+            f"fulmen must make the {cls.__name__} again with another sampler or batch size, but {problem}. Make it "
+            f"in a `*_dataloader` hook of the module or data module (its arguments are then recorded), or store "
+            f"each __init__ argument as an attribute of the same name (self.{(missing or refused)[0]} = ...), or "
+            "set Trainer(use_distributed_sampler=False) and give it a DistributedSampler yourself."
         )
-    if takes_any:
+    if takes_any:  # what went to **kwargs: the DataLoader's arguments, and the subclass's own passed on
+        call.update({k: v for k, v in given.items() if k not in named and k not in _LOADER_ARGUMENTS})
         call.update({k: v for k, v in arguments.items() if k not in named})
     if call.get("sampler") is not None:
         call.pop("shuffle", None)  # a sampler given: `shuffle` must not be
     return cls(**call)
+
+
+_LOADER_ARGUMENTS = frozenset(inspect.signature(DataLoader.__init__).parameters) - {"self"}
 
 
 def with_batch_sampler(loader: DataLoader, batch_sampler: Any, dataset: Any = None, persistent: bool | None = None) -> DataLoader:
