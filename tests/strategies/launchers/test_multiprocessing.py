@@ -30,7 +30,7 @@ class _DiesOnRankOne(BoringModel):
 
 def _fit(model: BoringModel, tmp_path: Any) -> None:
     # spawned, not forked: a fork of the test process (threads of earlier tests' loggers in it) can leave the
-    # surviving rank unresponsive to the launcher's SIGTERM, and torch then waits its 30 s before killing it
+    # surviving rank unresponsive to the launcher's SIGTERM, which then waits its grace period before killing it
     trainer = fulmen.Trainer(
         accelerator="cpu", strategy="ddp_spawn", devices=2, max_epochs=1, limit_train_batches=2, limit_val_batches=0,
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -76,3 +76,24 @@ def test_the_rank_that_failed_first_is_named_when_torch_finds_a_follower_first(t
     assert (index, pid) == (1, 101) and "ValueError: only rank 1 hits this" in text
     own = ProcessRaisedException("-- Process 0 ...\nValueError: rank 0's own error", 0, 100)
     assert _first_failure(context, own)[:2] == (0, 100)  # a rank's own error is kept
+
+
+def test_the_others_get_a_short_grace_once_a_rank_failed(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's join waits 30 s after its SIGTERM before it kills a surviving rank, and a rank blocked in a
+    collective with the failed one cannot act on the signal: the launcher asks for a few seconds instead."""
+    from fulmen.strategies.launchers import multiprocessing as launcher_module
+
+    grace = []
+
+    class _Joined:
+        processes: list[Any] = []
+
+        def join(self, timeout: float | None = None, grace_period: float | None = None) -> bool:
+            grace.append(grace_period)
+            raise ProcessExitedException("process 1 terminated with signal SIGKILL", error_index=1, error_pid=1,
+                                         exit_code=-9, signal_name="SIGKILL")  # fmt: skip
+
+    monkeypatch.setattr(launcher_module.mp, "start_processes", lambda *args, **kwargs: _Joined())
+    with pytest.raises(ProcessExitedException):
+        _fit(BoringModel(), tmp_path)
+    assert grace == [launcher_module._GRACE_SECONDS] and 0 < launcher_module._GRACE_SECONDS <= 10

@@ -110,7 +110,7 @@ class _MultiProcessingLauncher(_Launcher):
             )
             self.procs = list(context.processes)
             try:
-                while not context.join():
+                while not context.join(grace_period=_GRACE_SECONDS):
                     pass
             except mp.ProcessRaisedException as err:
                 index, pid, text = _first_failure(context, err)
@@ -163,6 +163,12 @@ class _MultiProcessingLauncher(_Launcher):
         for proc in self.procs:
             if proc.is_alive() and proc.pid is not None:
                 os.kill(proc.pid, signal.Signals(signum))
+
+
+# once a rank failed, how long the others get to end by themselves, then again after SIGTERM, before SIGKILL.
+# torch waits 30 s after its SIGTERM by default; a surviving rank blocked in a collective with the dead one
+# cannot act on the signal there (fulmen stops a run at a batch boundary), so the whole wait was lost time
+_GRACE_SECONDS = 5.0
 
 
 def _first_failure(context: Any, err: mp.ProcessRaisedException) -> tuple[int, int, str]:
