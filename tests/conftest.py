@@ -39,6 +39,12 @@ def _freeze_survivors() -> None:
     gc.freeze()
 
 
+# young-generation collections every 20,000 allocations rather than 700: the tests allocate millions of short-lived
+# objects (tensors' Python wrappers, hook records) that reference counting frees anyway; measured here, the
+# collector's time in the fast tier fell from about 4 s to about 1 s (the suite's process only)
+__import__("gc").set_threshold(20_000, 20, 20)
+
+
 def pytest_collection_finish(session):
     """The suite's process holds a large heap once the tests are collected (torch, Lightning, the loggers'
     packages), and it lives until the end: moved out of the garbage collector's sight (``gc.freeze``), so that

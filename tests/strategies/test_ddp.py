@@ -27,6 +27,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _free_ports(count: int) -> list[int]:
+    """``count`` different free ports (held open together while chosen, so none is given twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def _free_port_in(low: int, high: int) -> int:
     for port in range(low + os.getpid() % 1000, high):
         with socket.socket() as s:
@@ -288,7 +300,7 @@ def test_launch_checks(monkeypatch):
     assert custom.strategy._ddp_kwargs["find_unused_parameters"] is True
 
 
-def _killed_rank_job(out: Path, launcher: str, killed: int) -> subprocess.Popen[str]:
+def _killed_rank_job(out: Path, launcher: str, killed: int, port: int) -> subprocess.Popen[str]:
     script = str(ROOT / "tests" / "strategies" / "ddp_script.py")
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")
@@ -296,8 +308,9 @@ def _killed_rank_job(out: Path, launcher: str, killed: int) -> subprocess.Popen[
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TEST_KILL_RANK=str(killed))
     if launcher == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
-                   f"--master_port={_free_port()}", "--nproc_per_node=2", script, str(out)]  # fmt: skip
-    else:
+                   f"--master_port={port}", "--nproc_per_node=2", script, str(out)]  # fmt: skip
+    else:  # a port of its own (the job beside it starts at the same moment: no two may pick the same free one)
+        env["MASTER_PORT"] = str(port)
         command = [sys.executable, script, str(out)]
     out.mkdir()
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -312,7 +325,8 @@ def test_a_killed_rank_ends_the_job(tmp_path, launcher):
     rank 1 in another, at the same time."""
     from fulmen.utilities import checkpoint_io
 
-    jobs = {killed: _killed_rank_job(tmp_path / f"killed{killed}", launcher, killed) for killed in (0, 1)}
+    ports = _free_ports(2)
+    jobs = {killed: _killed_rank_job(tmp_path / f"killed{killed}", launcher, killed, ports[killed]) for killed in (0, 1)}
     outputs = {}
     try:
         for killed, proc in jobs.items():
