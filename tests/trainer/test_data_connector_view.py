@@ -67,8 +67,11 @@ def _loaded(loader) -> tuple[str, list, object]:
 
 @oracle.parity
 @pytest.mark.parametrize("name", sorted(_LOADERS))
-def test_each_rank_gets_the_share_lightning_gives_it(name):
+def test_each_rank_gets_the_share_lightning_gives_it(name, monkeypatch):
     lightning = oracle.lightning()
+    # the samplers' seed as no seed_everything left it: a shuffled prediction share is drawn from it in fulmen
+    # and from the epoch alone in Lightning (a deliberate difference), which agree only for seed 0
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
     from lightning.pytorch.trainer.states import RunningStage as TheirStage
     from lightning.pytorch.utilities.data import _is_dataloader_shuffled
 
