@@ -249,6 +249,7 @@ print("logger:", [type(h).__name__ for h in __import__("logging").getLogger("lig
 """
 
 
+@pytest.mark.slow
 def test_the_installed_umbrella_package_imports_fabric_only_when_read(tmp_path):
     """With Lightning installed, ``import lightning`` under the alias is the real package's files without its
     ``__init__``'s Fabric import (seconds of every aliased process's start); its names are the same."""

@@ -369,6 +369,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_rank_failing_before_the_rendezvous_ends_the_job_at_once(tmp_path):
     """Rank 0 waits in the process-group rendezvous for the ranks it started: when one of them ends first, rank
     0 says which and ends the job, instead of waiting for the rendezvous timeout (30 minutes)."""

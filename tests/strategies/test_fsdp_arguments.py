@@ -283,6 +283,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_layer_sync_plugin_is_applied_before_sharding(tmp_path):
     """``sync_batchnorm`` / ``plugins=[LayerSync]`` under FSDP, as under DDP: the layers are swapped before the
     module is sharded (SyncBatchNorm itself runs on GPUs only; a recording plugin shows the call on a CPU). A
