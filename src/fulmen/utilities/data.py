@@ -307,9 +307,12 @@ def _made_again(loader: DataLoader, arguments: dict[str, Any]) -> DataLoader:
             call[name] = given.get(name, loader.dataset)
         elif name in arguments:
             call[name] = arguments[name]
-        elif name in given and name not in ("batch_sampler", "sampler", "shuffle"):
+        elif name in _ORDER_ARGUMENTS:  # the order is the new one (`arguments`), never the old loader's
+            if parameter.default is inspect.Parameter.empty:
+                missing.append(name)
+        elif name in given:
             call[name] = given[name]
-        elif name in attributes and name not in ("batch_sampler", "sampler", "shuffle"):
+        elif name in attributes:
             call[name] = attributes[name]
         elif parameter.default is inspect.Parameter.empty:
             missing.append(name)
@@ -333,6 +336,7 @@ def _made_again(loader: DataLoader, arguments: dict[str, Any]) -> DataLoader:
     return cls(**call)
 
 
+_ORDER_ARGUMENTS = frozenset({"batch_sampler", "sampler", "shuffle"})
 _LOADER_ARGUMENTS = frozenset(inspect.signature(DataLoader.__init__).parameters) - {"self"}
 
 

@@ -109,21 +109,13 @@ class _DataConnector:
             datamodule.trainer = self.trainer
 
     # Lightning 1.x kept the sources here (2.x: each loop's `_data_source`)
-    @property
-    def _train_dataloader_source(self) -> _DataLoaderSource:
-        return self.trainer._context.data.source("train")
+    _train_dataloader_source = property(lambda self: self._source("train"))
+    _val_dataloader_source = property(lambda self: self._source("val"))
+    _test_dataloader_source = property(lambda self: self._source("test"))
+    _predict_dataloader_source = property(lambda self: self._source("predict"))
 
-    @property
-    def _val_dataloader_source(self) -> _DataLoaderSource:
-        return self.trainer._context.data.source("val")
-
-    @property
-    def _test_dataloader_source(self) -> _DataLoaderSource:
-        return self.trainer._context.data.source("test")
-
-    @property
-    def _predict_dataloader_source(self) -> _DataLoaderSource:
-        return self.trainer._context.data.source("predict")
+    def _source(self, stage: str) -> _DataLoaderSource:
+        return self.trainer._context.data.source(stage)
 
     def _requires_distributed_sampler(self, dataloader: Any) -> bool:
         from torch.utils.data import DistributedSampler
