@@ -7,6 +7,7 @@
 
 import logging
 
+from fulmen import _removed_paths
 from fulmen.callbacks.callback import Callback
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
@@ -15,6 +16,8 @@ from fulmen.utilities.seed import seed_everything
 from fulmen.utilities.warnings import disable_possible_user_warnings as disable_possible_user_warnings
 
 __version__ = "0.1.0"
+
+_removed_paths.install()  # Lightning's module paths of deprecated and removed classes (no file each)
 
 # fulmen's messages (where checkpoints go, why training stopped, what a search found) reach the console at
 # INFO level, as Lightning's do: through the application's logging when it configured some (and pytest's

@@ -108,7 +108,7 @@ class _LightningAlias(importlib.abc.MetaPathFinder):
         if fullname in _ROOTS:
             module = _LightningRoot(fullname, module)
         return importlib.machinery.ModuleSpec(
-            fullname, _Existing(module), is_package=hasattr(module, "__path__"), origin=module.__file__
+            fullname, _Existing(module), is_package=hasattr(module, "__path__"), origin=getattr(module, "__file__", None)
         )
 
     def _real_spec(self, fullname: str, path: Sequence[str] | None) -> importlib.machinery.ModuleSpec | None:

@@ -412,6 +412,154 @@ def _fsdp_sharded_check(root: str, patched: Any, tmp_path: Path) -> None:
     assert loaded["epoch"] == 3
 
 
+def _stage_step_replaced(entry: str, *expected: Callable[[Any, Any], Any]) -> Callable[[str, Any, Path], None]:
+    """``trainer.<entry>(model, loader)`` runs the patched step in its place, with Lightning's arguments (each of
+    ``expected`` maps (model, loader) to the argument in that position), and returns what it returns."""
+
+    def observe(root: str, patched: Any, tmp_path: Path) -> None:
+        patched.return_value = ["from the patched step"]
+        trainer, model = _trainer(root, tmp_path), _boring(root)()
+        loader = model.val_dataloader()
+        returned = getattr(trainer, entry)(model, loader)
+        assert [make(model, loader) for make in expected] == list(patched.call_args.args)
+        assert trainer.global_step == 0
+        if entry != "fit":
+            assert returned == ["from the patched step"]
+
+    return observe
+
+
+_MODEL, _LOADER, _NONE, _TRUE = (lambda m, d: m), (lambda m, d: d), (lambda m, d: None), (lambda m, d: True)
+
+
+def _run_stage_replaced(root: str, patched: Any, tmp_path: Path) -> None:
+    """The stage is set up (the configuration checked, the strategy and optimizers set up) and torn down; only its
+    loop is the patched one."""
+    calls = []
+    model = _boring(root)()
+    model.configure_optimizers = lambda: calls.append("configure_optimizers") or torch.optim.SGD(model.parameters())
+    trainer = _trainer(root, tmp_path)
+    trainer.fit(model)
+    patched.assert_called_once_with()
+    assert calls == ["configure_optimizers"] and trainer.global_step == 0
+
+
+def _fit_configuration_check(root: str, patched: Any, tmp_path: Path) -> None:
+    trainer, model = _trainer(root, tmp_path), _boring(root)()
+    trainer.fit(model)
+    patched.assert_called_once_with(trainer, model)
+
+
+def _evaluation_epoch_end(root: str, patched: Any, tmp_path: Path) -> None:
+    """Once per evaluation epoch: the sanity check's, each validation's, and a test's."""
+    trainer, model = _trainer(root, tmp_path, max_epochs=2, limit_val_batches=2, num_sanity_val_steps=1), _boring(root)()
+    trainer.fit(model)
+    assert patched.call_count == 3
+    trainer.test(model, verbose=False)
+    assert patched.call_count == 4
+
+
+def _eval_end_metrics_before_the_end_hook(root: str, patched: Any, tmp_path: Path) -> None:
+    order = []
+    patched.side_effect = lambda metrics: order.append("log_eval_end_metrics")
+
+    class Model(_boring(root)):  # type: ignore[misc]
+        def on_validation_end(self) -> None:
+            order.append("on_validation_end")
+
+    _trainer(root, tmp_path, limit_val_batches=1, num_sanity_val_steps=0).fit(Model())
+    assert order == ["log_eval_end_metrics", "on_validation_end"]
+
+
+def _slurm_requeue_command(root: str, patched: Any, tmp_path: Path) -> None:
+    patched.return_value = 0
+    environments = _m(root, "plugins.environments")
+    with mock.patch.dict("os.environ", {"SLURM_JOB_ID": "12346", "SLURM_ARRAY_JOB_ID": "12345",
+                                        "SLURM_ARRAY_TASK_ID": "2"}):  # fmt: skip
+        trainer = _trainer(root, tmp_path, plugins=[environments.SLURMEnvironment()])
+        connector = _m(root, "trainer.connectors.signal_connector")._SignalConnector(trainer)
+        with mock.patch.object(type(trainer), "save_checkpoint") as save:
+            connector._slurm_sigusr_handler_fn(None, None)
+    save.assert_called_once()  # the checkpoint first, then the requeue
+    patched.assert_called_once_with(["scontrol", "requeue", "12345_2"])
+
+
+def _model_parallel_needs_torch_2_4(root: str, patched: Any, tmp_path: Path) -> None:
+    with pytest.raises(ImportError, match="ModelParallelStrategy requires PyTorch 2.4 or higher"):
+        _m(root, "strategies.model_parallel").ModelParallelStrategy()
+
+
+def _model_parallel_mesh(root: str, patched: Any, tmp_path: Path) -> None:
+    strategy = _m(root, "strategies.model_parallel").ModelParallelStrategy()
+    strategy._lightning_module = Mock()
+    strategy.parallel_devices = [torch.device("cpu")]
+    strategy.cluster_environment = _m(root, "plugins.environments").LightningEnvironment()
+    strategy.accelerator = Mock()
+    launched = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
+                "NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "none"}
+    with mock.patch.dict("os.environ", launched), mock.patch("torch.distributed.init_process_group"):
+        strategy.setup_environment()
+    patched.assert_called_once_with(1, 1, 1, torch.device("cpu"))
+    assert strategy.device_mesh is patched.return_value
+
+
+def _fsdp_mesh_needs_torch_2_2(root: str, patched: Any, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="`device_mesh` argument is only supported in torch >= 2.2"):
+        _m(root, "strategies.fsdp").FSDPStrategy(device_mesh=(1, 1))
+
+
+def _fsdp_full_file_read_lazily(root: str, patched: Any, tmp_path: Path) -> None:
+    """A full checkpoint file is read with the lazy reader (mapped, not read, on every rank)."""
+    model = _boring(root)()
+    patched.return_value = {"state_dict": model.state_dict(), "epoch": 3}
+    path = tmp_path / "full.ckpt"
+    path.touch()
+    strategy = _m(root, "strategies.fsdp").FSDPStrategy()
+    strategy._lightning_module = model
+    strategy.model = model
+    with mock.patch(f"{root}.strategies.fsdp._load_raw_module_state"):
+        strategy.load_checkpoint(path)
+    patched.assert_called_once()
+    assert patched.call_args.args[0] in (path, str(path))
+
+
+def _fsdp_lazy_load_maps_the_file(root: str, patched: Any, tmp_path: Path) -> None:
+    """Unpatched, the lazy reader maps the file: the tensors it returns share the file's pages."""
+    path = tmp_path / "full.ckpt"
+    torch.save({"state_dict": {"w": torch.arange(4.0)}, "epoch": 3}, path)
+    strategy = _m(root, "strategies.fsdp").FSDPStrategy()
+    with mock.patch("torch.load", wraps=torch.load) as load:
+        checkpoint = strategy.load_checkpoint(path)
+    assert load.call_args.kwargs.get("mmap") is True and checkpoint["epoch"] == 3
+    assert torch.equal(checkpoint["state_dict"]["w"], torch.arange(4.0))
+    patched.assert_called_once_with(str(path))
+
+
+def _fsdp_whole_state_into_shards(root: str, patched: Any, tmp_path: Path) -> None:
+    """A full checkpoint's tensors go into a sharded module through the raw-state loader."""
+    model = _boring(root)()
+    strategy = _m(root, "strategies.fsdp").FSDPStrategy()
+    strategy._lightning_module = model
+    strategy._sharded_root = Mock()  # as after set-up (a 1-process FSDP run needs a process group)
+    state = {"layer.weight": torch.zeros(2, 32), "layer.bias": torch.zeros(2)}
+    strategy.load_model_state_dict({"state_dict": state}, strict=False)
+    patched.assert_called_once_with(state, model, 1, False)
+
+
+def _fsdp_sharded_directory_read(root: str, patched: Any, tmp_path: Path) -> None:
+    """A sharded checkpoint directory fills the module's state dict through the distributed-checkpoint loader."""
+    model = _boring(root)()
+    strategy = _m(root, "strategies.fsdp").FSDPStrategy(state_dict_type="sharded")
+    strategy._lightning_module = model
+    path = tmp_path / "sharded.ckpt"
+    strategy.save_checkpoint({"state_dict": model.state_dict(), "epoch": 3}, path)
+    strategy._sharded_root = Mock()
+    checkpoint = strategy.load_checkpoint(path)
+    (state, where), _ = patched.call_args
+    assert where == str(path) and checkpoint["epoch"] == 3
+    assert checkpoint["state_dict"] is next(iter(state.values()))
+
+
 def _make(component: str, *args: Any, **kwargs: Any) -> Callable[[str, Path], Any]:
     module, _, name = component.rpartition(".")
     return lambda root, tmp_path: getattr(_m(root, module), name)(*args, **kwargs)
@@ -465,6 +613,19 @@ CASES = [
     Case("trainer.connectors.data_connector.mp.get_start_method", Mock, _worker_start_method, lightning=False),
     Case("trainer.connectors.logger_connector.result._ResultCollection.log", Mock, _result_log),
     Case("trainer.connectors.signal_connector.signal.getsignal", Mock, _signal_handler_check),
+    Case("trainer.connectors.signal_connector.call", Mock, _slurm_requeue_command),
+    Case("trainer.connectors.logger_connector.logger_connector._LoggerConnector.log_eval_end_metrics", Mock,
+         _eval_end_metrics_before_the_end_hook),
+    Case("trainer.Trainer._fit_impl", Mock, _stage_step_replaced("fit", _MODEL, _LOADER, _NONE, _NONE, _NONE, _NONE)),
+    Case("trainer.Trainer._validate_impl", Mock,
+         _stage_step_replaced("validate", _MODEL, _LOADER, _NONE, _TRUE, _NONE, _NONE)),
+    Case("trainer.Trainer._test_impl", Mock, _stage_step_replaced("test", _MODEL, _LOADER, _NONE, _TRUE, _NONE, _NONE)),
+    Case("trainer.Trainer._predict_impl", Mock,
+         _stage_step_replaced("predict", _MODEL, _LOADER, _NONE, _NONE, _NONE, _NONE)),
+    Case("trainer.Trainer._run_stage", Mock, _run_stage_replaced),
+    Case("trainer.configuration_validator.__verify_train_val_loop_configuration", Mock, _fit_configuration_check),
+    # loops
+    Case("loops.evaluation_loop._EvaluationLoop._on_evaluation_epoch_end", Mock, _evaluation_epoch_end),
     # strategies and launchers
     Case("strategies.launchers.multiprocessing.mp.get_all_start_methods", Mock, _launcher_no_fork),
     Case("strategies.launchers.multiprocessing.mp.current_process", Mock, _launcher_main_guard),
@@ -483,6 +644,14 @@ CASES = [
          lightning=False),
     Case("strategies.fsdp._remove_checkpoint", Mock, _fsdp_removes, lightning=False),
     Case("strategies.fsdp._is_sharded_checkpoint", Mock, _fsdp_sharded_check, lightning=False),
+    Case("strategies.fsdp._TORCH_GREATER_EQUAL_2_2", lambda: False, _fsdp_mesh_needs_torch_2_2),
+    Case("strategies.fsdp._lazy_load", Mock, _fsdp_full_file_read_lazily),
+    Case("strategies.fsdp._is_full_checkpoint", lambda: Mock(return_value=True), _fsdp_lazy_load_maps_the_file,
+         lightning=False),
+    Case("strategies.fsdp._load_raw_module_state", Mock, _fsdp_whole_state_into_shards, lightning=False),
+    Case("strategies.fsdp._distributed_checkpoint_load", Mock, _fsdp_sharded_directory_read, lightning=False),
+    Case("strategies.model_parallel._TORCH_GREATER_EQUAL_2_4", lambda: False, _model_parallel_needs_torch_2_4),
+    Case("strategies.model_parallel._setup_device_mesh", Mock, _model_parallel_mesh),
     # core, profilers, tuner, utilities
     Case("core.datamodule.DataLoader", Mock, _datamodule_loader),
     Case("cli.instantiate_module", Mock, _cli_instantiator),

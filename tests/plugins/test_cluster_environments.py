@@ -77,6 +77,26 @@ def test_kubeflow_outside_a_job_is_refused_clearly(clean_env):
         fulmen.Trainer(accelerator="cpu", devices=1, num_nodes=2, strategy="ddp", plugins=[KubeflowEnvironment()])
 
 
+@oracle.parity
+@pytest.mark.parametrize("root", ["fulmen", "lightning.pytorch"])
+def test_a_job_plugin_outside_its_job_trains_on_one_device(clean_env, tmp_path, root):
+    """A script that always passes ``SLURMEnvironment()`` (written for the cluster) also runs on a workstation, on
+    one device: one process has no ranks to read. Asking for several processes there is refused."""
+    if root != "fulmen":
+        oracle.lightning()
+    pl = importlib.import_module(root)
+    environments = importlib.import_module(f"{root}.plugins.environments")
+    demos = importlib.import_module(f"{root}.demos.boring_classes")
+    trainer = pl.Trainer(plugins=[environments.SLURMEnvironment()], accelerator="cpu", devices=1, max_steps=1,
+                         default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
+                         enable_checkpointing=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(demos.BoringModel())
+    assert trainer.global_step == 1 and trainer.world_size == 1
+    if root == "fulmen":  # Lightning's fails later, reading SLURM_NODEID
+        with pytest.raises(MisconfigurationException, match=r"SLURMEnvironment\(\)\]\): this process was not started"):
+            pl.Trainer(plugins=[environments.SLURMEnvironment()], accelerator="cpu", devices=2)
+
+
 def _lsf_job(monkeypatch, tmp_path, rank: int, local_rank: int, with_port: bool = False):
     host = socket.gethostname()
     rankfile = tmp_path / "rankfile"

@@ -112,3 +112,24 @@ def test_a_requeue_signal_whose_checkpoint_fails_still_requeues_and_ends_with_th
     assert "fit returned" not in done.stdout
     assert "An asynchronous checkpoint save failed" in done.stderr and "No space left on device" in done.stderr
     assert log.read_text().split() == ["requeue", "78"]
+
+
+@pytest.mark.parametrize(("job", "requeued"), [("4711", "4711"), ("4711; rm -rf", None), ("--help", None)])
+def test_the_requeue_command_gets_only_a_job_id(clean_env, tmp_path, job, requeued):
+    """What reaches ``scontrol`` is a job id (digits, ``_``, ``-``), never text it could read as an option; a
+    malformed id warns (the checkpoint is saved already) instead of raising inside the signal handling."""
+    from unittest import mock
+
+    from fulmen.trainer.connectors.signal_connector import _SignalConnector
+
+    clean_env.setenv("SLURM_JOB_ID", job)
+    trainer = fulmen.Trainer(plugins=[SLURMEnvironment()], default_root_dir=tmp_path, logger=False)
+    with mock.patch("fulmen.trainer.connectors.signal_connector.call", return_value=0) as call, \
+            mock.patch.object(fulmen.Trainer, "save_checkpoint"):  # fmt: skip
+        if requeued is None:
+            with pytest.warns(UserWarning, match="is not a job id"):
+                _SignalConnector(trainer)._slurm_sigusr_handler_fn(None, None)
+            call.assert_not_called()
+        else:
+            _SignalConnector(trainer)._slurm_sigusr_handler_fn(None, None)
+            call.assert_called_once_with(["scontrol", "requeue", requeued])

@@ -231,6 +231,16 @@ def test_a_sharded_directory_without_fulmens_meta_is_named(tmp_path):
         distributed_checkpoint.load_consolidated(tmp_path / "bare")
 
 
+def test_a_sharded_save_to_a_remote_url_is_refused_not_written_locally(tmp_path, monkeypatch):
+    """A remote URL as a local path would be a directory named ``gs:`` here (the run's checkpoints silently not
+    where asked): the sharded save refuses it, before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    strategy = FSDPStrategy(state_dict_type="sharded")
+    with pytest.raises(MisconfigurationException, match=r"not to 'gs://bucket/run/last.ckpt'.*state_dict_type='full'"):
+        strategy.save_checkpoint({"state_dict": {"w": torch.zeros(2)}}, "gs://bucket/run/last.ckpt")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_replacement_cut_between_its_renames_is_repaired(tmp_path):
     """A kill between moving the old directory aside and moving the new one in: the old comes back under its
     name when the directory is next listed for `last`, and an unfinished `.partial` is never picked."""

@@ -11,11 +11,12 @@ from unittest import mock
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 
 import fulmen
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.demos import BoringModel
+from fulmen.overrides.distributed import UnrepeatedDistributedSamplerWrapper
 from fulmen.runtime.state import RunningStage
 from fulmen.utilities.exceptions import MisconfigurationException
 from tests.parity import oracle
@@ -47,6 +48,26 @@ class Forgetting(DataLoader):
         super().__init__(dataset, batch_size=2)
 
 
+class Chunked(BatchSampler):
+    """A batch sampler of the user's own, with BatchSampler's arguments: its batches come in reverse order."""
+
+    def __iter__(self):
+        return iter(list(super().__iter__())[::-1])
+
+
+class Pairs:
+    """A batch sampler that is no BatchSampler (no ``batch_size`` / ``drop_last``): pairs of indices."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n // 2
+
+    def __iter__(self):
+        return iter([[i, i + 1] for i in range(0, self.n - 1, 2)])
+
+
 _LOADERS = {
     "plain": lambda: DataLoader(list(range(10)), batch_size=2),
     "shuffled": lambda: DataLoader(list(range(10)), batch_size=2, shuffle=True),
@@ -56,6 +77,7 @@ _LOADERS = {
     "subclass": lambda: Keeping(list(range(10)), batch_size=2, dummy_kwarg=3),
     "shuffled subclass": lambda: Keeping(list(range(10)), batch_size=2, shuffle=True),
     "unbatched": lambda: DataLoader(list(range(5)), batch_size=None),
+    "custom batch sampler": lambda: DataLoader(list(range(11)), batch_sampler=Chunked(SequentialSampler(range(11)), 2, False)),
 }
 
 
@@ -92,6 +114,57 @@ def test_each_rank_gets_the_share_lightning_gives_it(name, monkeypatch):
                         prepared = trainer._data_connector._prepare_dataloader(loader, mode=getattr(stages, mode), **kwargs)
                     seen.append(_loaded(prepared))
                 assert seen[0] == seen[1], (mode, shuffle, rank)
+
+
+def _prepared(loader, mode, rank, shuffle=None):
+    trainer = fulmen.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False)
+    prop = mock.PropertyMock(return_value=rank)
+    kwargs = {} if shuffle is None else {"shuffle": shuffle}
+    with mock.patch.object(type(trainer.strategy), "global_rank", new_callable=lambda: prop):
+        return trainer._data_connector._prepare_dataloader(loader, mode=mode, **kwargs)
+
+
+@pytest.mark.parametrize(("inner", "size", "drop_last"), [(SequentialSampler, 2, False), (RandomSampler, 3, True)])
+@pytest.mark.parametrize("mode", [RunningStage.TRAINING, RunningStage.VALIDATING, RunningStage.PREDICTING])
+def test_a_plain_batch_sampler_batches_each_ranks_share(inner, size, drop_last, mode, monkeypatch):
+    """A loader built with ``batch_sampler=BatchSampler(...)`` loads the batches of its rank's share: its batch size
+    and ``drop_last`` (off for prediction), its shuffling kept. (Lightning's loader then yields single samples
+    that its collate function cannot take: see docs/compatibility.md.)"""
+    monkeypatch.setenv("PL_GLOBAL_SEED", "3")
+    data = list(range(11))
+    predicting = mode == RunningStage.PREDICTING
+    for rank in (0, 1):
+        prepared = _prepared(DataLoader(data, batch_sampler=BatchSampler(inner(data), size, drop_last)), mode, rank)
+        shares = {"num_replicas": 2, "rank": rank, "shuffle": inner is RandomSampler, "seed": 3}
+        if predicting:  # each sample once
+            share = list(UnrepeatedDistributedSamplerWrapper(SequentialSampler(data), **shares))
+        else:
+            share = list(torch.utils.data.DistributedSampler(data, **shares))
+        batches = [share[i:i + size] for i in range(0, len(share), size)]
+        if drop_last and not predicting:
+            batches = [b for b in batches if len(b) == size]
+        assert [b.tolist() for b in prepared] == batches
+
+
+@oracle.parity
+@pytest.mark.parametrize("mode", ["TRAINING", "PREDICTING"])
+def test_a_batch_sampler_that_is_no_batch_sampler_as_in_lightning(mode):
+    """One without ``batch_size`` / ``drop_last`` cannot be shared out: refused for training (a ``TypeError``), kept
+    with a warning for prediction."""
+    lightning = oracle.lightning()
+    from lightning.pytorch.trainer.states import RunningStage as TheirStage
+
+    for lib, stages in ((fulmen, RunningStage), (lightning, TheirStage)):
+        trainer = lib.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False)
+        loader = DataLoader(list(range(11)), batch_sampler=Pairs(11))
+        prepare = trainer._data_connector._prepare_dataloader
+        if mode == "TRAINING":
+            with pytest.raises(TypeError, match="batch sampler"):
+                prepare(loader, shuffle=False, mode=getattr(stages, mode))
+        else:
+            with pytest.warns(UserWarning, match="Pairs"):
+                prepared = prepare(loader, shuffle=False, mode=getattr(stages, mode))
+            assert [b.tolist() for b in prepared] == [[i, i + 1] for i in range(0, 10, 2)]
 
 
 @oracle.parity

@@ -136,3 +136,35 @@ def test_data_loading_advice(monkeypatch):
         "Consider setting `persistent_workers=True` in 'val_dataloader' to speed up the dataloader worker initialization."
     )
     assert messages[2].startswith("The combination of `DataLoader(`pin_memory=True`, `persistent_workers=True`)")
+
+
+class _Strided(torch.utils.data.BatchSampler):
+    """A batch sampler with an argument of its own, not kept under its name."""
+
+    def __init__(self, sampler, batch_size, drop_last, every):
+        super().__init__(sampler, batch_size, drop_last)
+        self._every = every
+
+    def __iter__(self):
+        return (batch for i, batch in enumerate(super().__iter__()) if i % self._every == 0)
+
+
+def test_a_batch_sampler_is_made_again_over_a_share_from_its_recorded_arguments():
+    """Made in a ``*_dataloader`` hook (arguments recorded), a batch sampler subclass is made again over each
+    process's share with its own arguments; prediction turns ``drop_last`` off. Made elsewhere, one whose
+    arguments are not BatchSampler's is refused with what to do."""
+    from torch.utils.data import DistributedSampler, SequentialSampler
+
+    from fulmen.utilities.data import batch_sampler_over, recording_loader_arguments
+    from fulmen.utilities.exceptions import MisconfigurationException
+
+    share = DistributedSampler(range(12), num_replicas=2, rank=1, shuffle=False)  # 1, 3, 5, 7, 9, 11
+    with recording_loader_arguments():
+        recorded = _Strided(SequentialSampler(range(12)), 2, drop_last=True, every=2)
+    again = batch_sampler_over(recorded, share, predicting=True)
+    assert type(again) is _Strided and again.sampler is share and again.drop_last is False
+    assert list(again) == [[1, 3], [9, 11]]
+    unrecorded = _Strided(SequentialSampler(range(12)), 2, drop_last=True, every=2)
+    with pytest.raises(TypeError, match=r"_Strided\(sampler, batch_size=\.\.\., drop_last=\.\.\.\)`, which failed") as err:
+        batch_sampler_over(unrecorded, share)
+    assert isinstance(err.value, MisconfigurationException) and "every" in str(err.value)

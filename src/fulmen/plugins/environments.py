@@ -80,8 +80,12 @@ class ClusterEnvironment(ABC):
             )
         return _layout_from_methods(self, self)
 
-    def required_layout(self) -> ClusterLayout | None:
-        """``layout()``, refused when the plugin names a launcher that did not start this process."""
+    def required_layout(self, processes: int = 2) -> ClusterLayout | None:
+        """``layout()``, refused when the plugin names a launcher that did not start this process and the run
+        asks for several ``processes``. A one-process run has no ranks to read: a script that always passes the
+        plugin (a SLURM job's) also runs on a workstation, on its one device."""
+        if processes == 1 and self.creates_processes_externally and not _detected(self):
+            return None
         name = type(self.environment if isinstance(self, _WrappedEnvironment) else self).__name__
         try:
             layout = self.layout()

@@ -13,6 +13,7 @@ from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.utilities.combined_loader import CombinedLoader
 from fulmen.utilities.data import (
+    batch_sampler_over,
     has_len_all_ranks,
     is_iterable_dataset,
     parse_num_batches,
@@ -287,7 +288,7 @@ class DataSource:
         if isinstance(loader.sampler, DistributedSampler):
             return loader
         if shuffle is None:  # a shuffled loader stays shuffled, for evaluation too (seeded runs agree with Lightning)
-            shuffle = isinstance(loader.sampler, RandomSampler)
+            shuffle = _is_shuffled(loader)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
         shares: dict[str, Any] = {**strategy.distributed_sampler_kwargs, "shuffle": shuffle, "seed": seed}
         # the shares are padded to equal length (no `drop_last` here): every process then runs as many batches,
@@ -303,6 +304,9 @@ class DataSource:
             sampler = DistributedSampler(loader.dataset, **shares)
         else:  # the user's own sampler (weighted, custom): its indices are shared out, its order kept
             sampler = DistributedSamplerWrapper(loader.sampler, **shares)
+        if loader.batch_size is None and loader.batch_sampler is not None:  # built with batch_sampler=
+            batch_sampler = batch_sampler_over(loader.batch_sampler, sampler, predicting=stage == "predict")
+            return rebuild_dataloader(loader, batch_sampler=batch_sampler)
         return rebuild_dataloader(loader, sampler=sampler, **changes)
 
     def _allow_zero_length(self) -> bool:

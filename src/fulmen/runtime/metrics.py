@@ -120,9 +120,7 @@ class MetricsHub:
                 self.callback.pop(result.meta.step_name, None)
         self.callback.update(callback)
         self.pbar.update(pbar)
-        if log and not state.sanity_checking:
-            step = self.context.progress.batches_that_stepped if state.fitting else None
-            self.log_metrics(log, step=step)
+        self.log_eval_end_metrics(log)
         outputs: list[dict[str, float]] = []
         if state.sanity_checking:
             return outputs
@@ -135,6 +133,20 @@ class MetricsHub:
             }  # fmt: skip
             outputs.append(to_scalars(per_dl))
         return outputs
+
+    def log_eval_end_metrics(self, metrics: dict[str, Any]) -> None:
+        """An evaluation epoch's values, to the loggers in one call (none from the sanity check): at a fit's
+        training step, else at the step the values carry (``step``) or the last one trained."""
+        state = self.context.state
+        if not metrics or state.sanity_checking:
+            return
+        self.log_metrics(metrics, step=self.context.progress.batches_that_stepped if state.fitting else None)
+
+    @property
+    def should_update_logs(self) -> bool:
+        """Lightning's name for :meth:`should_log_step` (callbacks read it as ``trainer._logger_connector.
+        should_update_logs`` to log only when the loggers will write)."""
+        return self.should_log_step()
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None, with_epoch: bool = True) -> None:
         """Send metrics to every logger; converts tensors to numbers (a host-device sync point). ``with_epoch``:

@@ -75,7 +75,7 @@ def select_strategy(
     if environment is not None:
         environment = _cluster_environment(environment)
         environment.expect_processes(len(devices), num_nodes)
-    cluster = detect_cluster() if environment is None else environment.required_layout()
+    cluster = detect_cluster() if environment is None else environment.required_layout(len(devices) * num_nodes)
     precision_ = precision_plugin or select_precision(precision, devices[0].type)
     chosen = _select(strategy, accelerator, devices, num_nodes, precision_, cluster, environment, interactive)
     if isinstance(chosen, ParallelStrategy):

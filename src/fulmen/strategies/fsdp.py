@@ -32,8 +32,9 @@ from fulmen.accelerators import Accelerator
 from fulmen.core.optimizer import LightningOptimizer as LightningOptimizer
 from fulmen.precision import Precision
 from fulmen.strategies.parallel import ParallelStrategy
-from fulmen.utilities import distributed_checkpoint
+from fulmen.utilities import checkpoint_io, cloud_io, distributed_checkpoint
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+from fulmen.utilities.imports import _TORCH_GREATER_EQUAL_2_2 as _TORCH_GREATER_EQUAL_2_2
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.model_helpers import is_overridden as is_overridden
 from fulmen.utilities.rank_zero import rank_zero_deprecation, rank_zero_warn
@@ -98,10 +99,33 @@ class _ShardedRoot(nn.Module):
 # the process group of background sharded saves, with the default group it was made from (see _checkpoint_group)
 _CHECKPOINT_GROUP: tuple[Any, Any] | None = None
 
-# Lightning's names of two checkpoint steps (whether a path is a sharded checkpoint directory; delete a checkpoint,
-# directory or file): the strategy calls them as this module's names, so patching them counts
+# Lightning's names of checkpoint steps (whether a path is a sharded checkpoint directory; fill a state dict from
+# one; delete a checkpoint, directory or file): the strategy calls them as this module's names, so patching them
+# counts (as do the functions below)
 _is_sharded_checkpoint = distributed_checkpoint.is_sharded_checkpoint
+_distributed_checkpoint_load = distributed_checkpoint.load_sharded
 _remove_checkpoint = distributed_checkpoint.remove
+
+
+def _is_full_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """A checkpoint in one local file (what ``state_dict_type="full"`` writes), which :func:`_lazy_load` reads."""
+    return not cloud_io.is_remote(os.fspath(path)) and os.path.isfile(path)
+
+
+def _lazy_load(path: str | os.PathLike[str], weights_only: bool | None = None) -> dict[str, Any]:
+    """A full checkpoint file with its tensors mapped from the file rather than read: every rank opens the same
+    file, and the machine's memory holds one copy of it (the page cache's), not one per rank."""
+    return checkpoint_io.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+
+
+def _load_raw_module_state(
+    state_dict: Mapping[str, Any], module: nn.Module, world_size: int = 1, strict: bool = True
+) -> None:
+    """Whole tensors (a full checkpoint's) into the sharded ``module``: each rank keeps its shard of each."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, strict=strict)
+    set_model_state_dict(module, dict(state_dict), options=options)
 
 # each module's sharded root: FSDP2 shards a module in place and only once, so later stages reuse it
 _ROOTS: weakref.WeakKeyDictionary[nn.Module, _ShardedRoot] = weakref.WeakKeyDictionary()
@@ -382,8 +406,10 @@ class ShardedStrategy(ParallelStrategy):
         if self._sharded_root is None:
             module.load_state_dict(state_dict, strict=strict)
             return
-        whole = not any(isinstance(v, DTensor) for v in state_dict.values())
-        set_model_state_dict(module, state_dict, options=self._options(whole, strict=strict))
+        if not any(isinstance(v, DTensor) for v in state_dict.values()):
+            _load_raw_module_state(state_dict, module, self.world_size, strict)
+            return
+        set_model_state_dict(module, state_dict, options=self._options(False, strict=strict))
 
     def load_optimizer_states(self, states: list[Any], optimizers: list[Optimizer]) -> None:
         from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
@@ -410,6 +436,12 @@ class ShardedStrategy(ParallelStrategy):
                 _remove_checkpoint(path)
             super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
             return
+        if cloud_io.is_remote(os.fspath(filepath)):  # the shards are written with local file operations
+            raise MisconfigurationException(
+                f"{type(self).__name__}(state_dict_type='sharded') writes checkpoint directories on a local or shared "
+                f"file system, not to {os.fspath(filepath)!r}. Point the checkpoint's dirpath at a mounted path, or "
+                "use state_dict_type='full' (one file, which remote URLs take)."
+            )
         if str(filepath).endswith(".safetensors"):
             raise MisconfigurationException(
                 "A .safetensors export holds whole tensors: with FSDPStrategy(state_dict_type='sharded') save "
@@ -477,7 +509,8 @@ class ShardedStrategy(ParallelStrategy):
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         """A sharded directory: the model's shards load straight into the sharded module (from any number of
-        processes that wrote it), the optimizers' when they exist; a file: read whole on every rank."""
+        processes that wrote it), the optimizers' when they exist; a local file: mapped from the file on every rank
+        (their memory then holds one copy of it), unless a ``CheckpointIO`` of the user's reads it."""
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         io = self._async_checkpoint_io()
@@ -486,16 +519,25 @@ class ShardedStrategy(ParallelStrategy):
         module = self._lightning_module
         path = os.fspath(checkpoint_path)
         if not _is_sharded_checkpoint(path) or self._sharded_root is None:
+            if _is_full_checkpoint(path) and self._reads_files_itself():
+                return _lazy_load(path, weights_only)
             return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
         assert module is not None
         checkpoint = dict(distributed_checkpoint.read_meta(path, weights_only=weights_only))
         state = get_model_state_dict(module)
-        distributed_checkpoint.load_sharded({distributed_checkpoint.MODEL_KEY: state}, path)
+        _distributed_checkpoint_load({distributed_checkpoint.MODEL_KEY: state}, path)
         checkpoint["state_dict"] = state
         count = int(checkpoint.pop("sharded_optimizers", 0))
         if count:
             checkpoint["optimizer_states"] = [_ShardedOptimizerState(path, i) for i in range(count)]
         return checkpoint
+
+    def _reads_files_itself(self) -> bool:
+        """Whether checkpoint files are read by fulmen's own reader (no user ``CheckpointIO`` to go through)."""
+        from fulmen.plugins.io import TorchCheckpointIO  # fulmen.plugins loads on first use only
+
+        io = self.checkpoint_io
+        return type(getattr(io, "checkpoint_io", io)) is TorchCheckpointIO  # behind AsyncCheckpointIO too
 
     def remove_checkpoint(self, filepath: Any) -> None:
         io = self._async_checkpoint_io()
@@ -579,6 +621,10 @@ class FSDPStrategy(ShardedStrategy):
         self.activation_checkpointing_policy = _checkpointing_policy(
             activation_checkpointing, activation_checkpointing_policy
         )
+        if device_mesh is not None and not _TORCH_GREATER_EQUAL_2_2:  # read when made: a test patches it
+            raise ValueError(
+                f"The `device_mesh` argument is only supported in torch >= 2.2. Current version: {torch.__version__}."
+            )
         if device_mesh is not None and not _is_mesh(device_mesh) and not _is_mesh_shape(device_mesh):
             raise MisconfigurationException(
                 f"FSDPStrategy(device_mesh={device_mesh!r}): pass a (replicate, shard) tuple of positive ints, "

@@ -14,12 +14,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from fulmen.accelerators import Accelerator
 from fulmen.core.optimizer import LightningOptimizer as LightningOptimizer
 from fulmen.precision import Precision
 from fulmen.strategies.fsdp import ShardedStrategy
 from fulmen.strategies.parallel import ParallelStrategy as ParallelStrategy
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.imports import _TORCH_GREATER_EQUAL_2_4 as _TORCH_GREATER_EQUAL_2_4
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.model_helpers import is_overridden as is_overridden
 from fulmen.utilities.rank_zero import rank_zero_only as rank_zero_only
@@ -55,6 +58,11 @@ class ModelParallelStrategy(ShardedStrategy):
         accelerator: Accelerator | None = None,
         precision_plugin: Precision | None = None,
     ) -> None:
+        if not _TORCH_GREATER_EQUAL_2_4:  # read when made: a test patches it to see the refusal
+            raise ImportError(
+                f"{type(self).__name__} requires PyTorch 2.4 or higher (DTensor and `fully_shard`). Current "
+                f"version: {torch.__version__}. Upgrade torch, or use strategy='ddp'."
+            )
         for name, value in (("data_parallel_size", data_parallel_size), ("tensor_parallel_size", tensor_parallel_size)):
             if value != "auto" and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
                 raise MisconfigurationException(
@@ -79,8 +87,6 @@ class ModelParallelStrategy(ShardedStrategy):
         return int(dp), int(tp)
 
     def _build_mesh(self) -> DeviceMesh:
-        from torch.distributed.device_mesh import init_device_mesh
-
         dp, tp = self._sizes()
         if dp * tp != self.world_size:
             raise MisconfigurationException(
@@ -88,7 +94,7 @@ class ModelParallelStrategy(ShardedStrategy):
                 f"{self._tensor_parallel_size!r}) makes a {dp} x {tp} mesh, but {self.world_size} processes are "
                 "running. Choose sizes whose product is the number of processes (devices x num_nodes)."
             )
-        return init_device_mesh(self._mesh_device_type(), (dp, tp), mesh_dim_names=MESH_NAMES)
+        return _setup_device_mesh(dp, tp, self.world_size, torch.device(self._mesh_device_type()))
 
     def _shard_mesh(self) -> DeviceMesh | None:
         mesh = self._device_mesh
@@ -112,6 +118,21 @@ class ModelParallelStrategy(ShardedStrategy):
                 "self.device_mesh['tensor_parallel'] and `fully_shard(...)` over self.device_mesh['data_parallel']."
             )
         super().setup(trainer)
+
+
+def _setup_device_mesh(
+    data_parallel_size: int, tensor_parallel_size: int, world_size: int, device: torch.device
+) -> DeviceMesh:
+    """The ``(data_parallel, tensor_parallel)`` mesh over the ``world_size`` processes, on ``device``'s type
+    (Lightning's name: its tests patch it to set a strategy up without a process group)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if data_parallel_size * tensor_parallel_size != world_size:
+        raise RuntimeError(
+            f"The sizes `data_parallel_size={data_parallel_size}` and `tensor_parallel_size={tensor_parallel_size}`"
+            f" multiplied should equal the world size ({world_size})."
+        )
+    return init_device_mesh(device.type, (data_parallel_size, tensor_parallel_size), mesh_dim_names=MESH_NAMES)
 
 
 # names Lightning's module holds, which libraries import from here; this module's code does not use them

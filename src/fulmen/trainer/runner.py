@@ -18,15 +18,13 @@ from fulmen.accelerators import cuda as _cuda
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.runtime.context import CheckpointRequest
-from fulmen.runtime.data import step_overridden
-from fulmen.runtime.hooks import training_step_takes_optimizer_idx
 from fulmen.runtime.state import LoopPhase, RunningStage, TrainerFn, TrainerStatus
-from fulmen.trainer import checkpointing
+from fulmen.trainer import checkpointing, configuration_validator
 from fulmen.trainer.connectors import attach_model_callbacks
 from fulmen.trainer.signals import SignalInterrupt, slurm_requeued
-from fulmen.utilities.exceptions import MisconfigurationException, UnsupportedSetupError, _TunerExitException
+from fulmen.utilities.exceptions import _TunerExitException
 from fulmen.utilities.model_helpers import is_overridden
-from fulmen.utilities.rank_zero import rank_zero_deprecation, rank_zero_info, rank_zero_warn
+from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from fulmen.utilities.warnings import PossibleUserWarning
 from fulmen.utilities.watchdog import HangWatchdog
 
@@ -48,6 +46,7 @@ class StageRunner:
         self.checkpoints = checkpointing.CheckpointConnector(trainer)
         self._watchdog: HangWatchdog | None = None  # several processes: ends this one if it hangs
         self._torn_down: set[str] = set()  # the parts of the stage's teardown already run (each runs once)
+        self._loop_options = (TrainerFn.FITTING, True, True)  # the running stage's: (fn, verbose, return_predictions)
 
     def run(
         self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None = None,
@@ -80,7 +79,7 @@ class StageRunner:
         try:
             context.callbacks = attach_model_callbacks(context.callbacks, hooks.call_module("configure_callbacks"))
             hooks.reset()
-            self._check_model(model, fn)
+            configuration_validator._verify_loop_configurations(trainer)
             if fn == TrainerFn.FITTING and context.config.max_epochs_defaulted:
                 context.max_epochs_default_applied = True
                 rank_zero_warn(
@@ -100,13 +99,8 @@ class StageRunner:
         self._torn_down = set()
         try:
             self._setup(model, fn)
-            result: Any = None
-            if fn == TrainerFn.FITTING:
-                trainer.fit_loop.run(after_fit_start=self._restore_training_state)
-            elif fn == TrainerFn.PREDICTING:
-                result = self._predict(return_predictions)
-            else:
-                result = self._evaluate(fn, verbose)
+            self._loop_options = (fn, verbose, return_predictions)
+            result = trainer._run_stage()  # through the Trainer: Lightning's tests patch it there
             self._teardown(fn)
             state.status = TrainerStatus.FINISHED
             state.stage = None
@@ -136,77 +130,17 @@ class StageRunner:
                 raise SystemExit(1) from None
             raise
 
-    # -- before the loop ------------------------------------------------------------------------------
-    def _check_model(self, model: LightningModule, fn: TrainerFn) -> None:
-        config, data, hooks = self.context.config, self.context.data, self.context.hooks
-        name = type(model).__name__
+    def run_loop(self) -> Any:
+        """The set-up stage's loop (``Trainer._run_stage``): fit's, an evaluation's or the prediction's."""
+        fn, verbose, return_predictions = self._loop_options
         if fn == TrainerFn.FITTING:
-            if not step_overridden(model, "train"):
-                raise MisconfigurationException(
-                    f"{name} has no `training_step()`; trainer.fit() needs one. Implement "
-                    "training_step(self, batch, batch_idx) and return the loss."
-                )
-            if model.automatic_optimization and not hooks.module_overrides("configure_optimizers"):
-                raise MisconfigurationException(
-                    f"{name} has no `configure_optimizers()`; trainer.fit() needs one to know what to optimise. "
-                    "Return e.g. torch.optim.Adam(self.parameters())."
-                )
-            if not data.has_source("train"):
-                raise MisconfigurationException(
-                    "No training data: pass `train_dataloaders` to trainer.fit(), give a datamodule with "
-                    "`train_dataloader()`, or implement `train_dataloader()` in your LightningModule."
-                )
-            if not model.automatic_optimization:
-                # Lightning's wording, so that searches for the message find the same answers
-                if config.gradient_clip_val is not None and config.gradient_clip_val > 0:
-                    raise MisconfigurationException(
-                        "Automatic gradient clipping is not supported for manual optimization."
-                        f" Remove `Trainer(gradient_clip_val={config.gradient_clip_val})`"
-                        " or switch to automatic optimization."
-                    )
-                if config.accumulate_grad_batches != 1:
-                    raise MisconfigurationException(
-                        "Automatic gradient accumulation is not supported for manual optimization."
-                        f" Remove `Trainer(accumulate_grad_batches={config.accumulate_grad_batches})`"
-                        " or switch to automatic optimization."
-                    )
-                if training_step_takes_optimizer_idx(model).named:  # a RuntimeError in Lightning: both catch it
-                    raise UnsupportedSetupError(
-                        f"{name}.training_step takes `optimizer_idx`, which is passed only under automatic "
-                        "optimization. With `automatic_optimization = False`, remove the argument and get the "
-                        "optimizers with `opt1, opt2 = self.optimizers()`."
-                    )
-            # Lightning's words and classes, so that filters and searches written for them match
-            if data.has_source("val") and not step_overridden(model, "val"):
-                rank_zero_warn("You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.")
-            elif step_overridden(model, "val") and not data.has_source("val"):
-                rank_zero_warn(
-                    "You defined a `validation_step` but have no `val_dataloader`. Skipping val loop.",
-                    category=PossibleUserWarning,
-                )
-        elif fn == TrainerFn.VALIDATING and not step_overridden(model, "val"):
-            raise MisconfigurationException(f"trainer.validate() needs `validation_step()` in {name}.")
-        elif fn == TrainerFn.TESTING and not step_overridden(model, "test"):
-            raise MisconfigurationException(f"trainer.test() needs `test_step()` in {name}.")
-        elif fn == TrainerFn.PREDICTING and not data.has_source("predict"):
-            raise MisconfigurationException(
-                "No predict data: pass `dataloaders` to trainer.predict(), give a datamodule with "
-                "`predict_dataloader()`, or implement `predict_dataloader()`."
-            )
-        # the 1.x hook, still called (before configure_model) when the class defines it (not for a wrapper of the
-        # default), as Lightning calls it
-        if is_overridden("configure_sharded_model", model):
-            if hooks.module_overrides("configure_model"):
-                raise UnsupportedSetupError(
-                    f"Both `{name}.configure_model`, and `{name}.configure_sharded_model` are overridden. The latter"
-                    " is deprecated and it should be replaced with the former."
-                )
-            rank_zero_deprecation(
-                f"You have overridden `{name}.configure_sharded_model` which is deprecated. Please override the"
-                " `configure_model` hook instead. Instantiation with the newer hook will be created on the device"
-                " right away and have the right data type depending on the precision setting in the Trainer."
-            )
+            self.trainer.fit_loop.run(after_fit_start=self._restore_training_state)
+            return None
+        if fn == TrainerFn.PREDICTING:
+            return self._predict(return_predictions)
+        return self._evaluate(fn, verbose)
 
+    # -- before the loop ------------------------------------------------------------------------------
     def _setup(self, model: LightningModule, fn: TrainerFn) -> None:
         context, trainer = self.context, self.trainer
         hooks, strategy, config = context.hooks, context.strategy, context.config

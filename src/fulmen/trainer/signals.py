@@ -8,7 +8,7 @@ A second Ctrl-C stops at once.
 from __future__ import annotations
 
 import os
-import shutil
+import re
 import signal
 import subprocess
 import threading
@@ -169,22 +169,27 @@ class SignalConnector:
             self._requeue()
 
     def _requeue(self) -> None:
-        job = os.environ.get("SLURM_ARRAY_JOB_ID")
-        job = (
-            f"{job}_{os.environ['SLURM_ARRAY_TASK_ID']}"
-            if job and "SLURM_ARRAY_TASK_ID" in os.environ
-            else None
-        )
-        job = job or os.environ["SLURM_JOB_ID"]
-        scontrol = shutil.which("scontrol")
-        if scontrol is None:
+        array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
+        if array_job and "SLURM_ARRAY_TASK_ID" in os.environ:
+            job = f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+        else:
+            job = os.environ["SLURM_JOB_ID"]
+        if re.fullmatch(r"[0-9_-]+", job) is None:  # never hand scontrol an argument it could take for an option
+            rank_zero_warn(f"SLURM job id {job!r} is not a job id (digits, '_' and '-'): the job is not requeued.")
+            return
+        try:
+            code = self._scontrol(["scontrol", "requeue", job])
+        except FileNotFoundError:
             rank_zero_warn("SIGUSR1 under SLURM, but `scontrol` is not on PATH: the job is not requeued.")
             return
-        result = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, check=False)
-        if result.returncode == 0:
+        if code == 0:
             rank_zero_info(f"Requeued SLURM job {job}; it resumes from the last checkpoint.")
         else:
-            rank_zero_warn(f"`scontrol requeue {job}` failed: {result.stderr.strip()}")
+            rank_zero_warn(f"`scontrol requeue {job}` failed with exit status {code}: the job is not requeued.")
+
+    def _scontrol(self, command: list[str]) -> int:
+        """Run ``scontrol`` (found on PATH), its output going where this process's goes; its exit status."""
+        return subprocess.call(command)
 
 
 def slurm_requeued() -> bool:

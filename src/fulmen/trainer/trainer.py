@@ -38,9 +38,9 @@ from fulmen.trainer.checkpointing import eval_ckpt_path, select_ckpt_path
 from fulmen.trainer.config import ConfigField, TrainerConfig, parse_flags
 from fulmen.trainer.connectors import build_callbacks, build_loggers, prepare_model
 from fulmen.trainer.connectors.accelerator_connector import choose_strategy
+from fulmen.trainer.connectors.signal_connector import _SignalConnector
 from fulmen.trainer.internals import LightningInternals
 from fulmen.trainer.runner import StageRunner
-from fulmen.trainer.signals import SignalConnector
 from fulmen.trainer.states import StageFlag
 from fulmen.utilities.argparse import _defaults_from_env_vars
 from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
@@ -120,7 +120,7 @@ class Trainer(LightningInternals):
         self.test_loop = EvaluationLoop(context, "test")
         self.predict_loop = PredictionLoop(context)
         self.fit_loop = FitLoop(context, self.validate_loop)
-        self._runner = StageRunner(self, context, SignalConnector(self, context.stop))
+        self._runner = StageRunner(self, context, _SignalConnector(self, context.stop))
         self.predictions: Any = None
         self._managed_ckpt_path: str | Path | None = None  # `trainer.ckpt_path = ...` (see checkpointing.py)
         context.callbacks = build_callbacks(config)
@@ -469,8 +469,8 @@ class Trainer(LightningInternals):
             raise MisconfigurationException("trainer.fit() got both dataloaders and a datamodule. Pass one or the other.")
         ckpt_path = select_ckpt_path(self, ckpt_path)
         model = self._attach(model, datamodule, TrainerFn.FITTING)
-        self._context.data.attach(train=train_dataloaders, val=val_dataloaders)
-        self._run(model, TrainerFn.FITTING, ckpt_path, weights_only)
+        args = (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)
+        _call._call_and_handle_interrupt(self, self._fit_impl, *args)
 
     def validate(
         self,
@@ -509,9 +509,8 @@ class Trainer(LightningInternals):
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule)
         ckpt_path = eval_ckpt_path(self, model, ckpt_path)  # before attaching: None means "not given"
         model = self._attach(model, datamodule, TrainerFn.PREDICTING)
-        self._context.data.attach(predict=dataloaders)
-        return self._run(model, TrainerFn.PREDICTING, ckpt_path, weights_only,
-                         return_predictions=True if return_predictions is None else return_predictions)  # fmt: skip
+        args = (model, dataloaders, datamodule, return_predictions, ckpt_path, weights_only)
+        return _call._call_and_handle_interrupt(self, self._predict_impl, *args)
 
     def _evaluate(
         self, model: LightningModule | None, dataloaders: Any, ckpt_path: Any, verbose: bool,
@@ -520,8 +519,8 @@ class Trainer(LightningInternals):
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule)
         ckpt_path = eval_ckpt_path(self, model, ckpt_path)
         model = self._attach(model, datamodule, fn)
-        self._context.data.attach(**{"val" if fn == TrainerFn.VALIDATING else "test": dataloaders})
-        return self._run(model, fn, ckpt_path, weights_only, verbose=verbose)
+        impl = self._validate_impl if fn == TrainerFn.VALIDATING else self._test_impl
+        return _call._call_and_handle_interrupt(self, impl, model, dataloaders, ckpt_path, verbose, datamodule, weights_only)
 
     def tune(
         self, model: LightningModule, train_dataloaders: Any = None, val_dataloaders: Any = None,
@@ -570,18 +569,6 @@ class Trainer(LightningInternals):
         if datamodule is not None:
             datamodule.trainer = self
         return model
-
-    def _run(
-        self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None = None,
-        verbose: bool = True, return_predictions: bool = True,
-    ) -> Any:  # fmt: skip
-        """One fit/validate/test/predict, in this process or in those the strategy starts for it."""
-        args = (model, fn, ckpt_path, weights_only, verbose, return_predictions)
-        return _call._call_and_handle_interrupt(self, self._run_here, *args)
-
-    def _run_here(self, *args: Any) -> Any:
-        """The stage in this process (a spawning strategy calls this in each process it starts)."""
-        return self._runner.run(*args)
 
     def init_module(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager[Any]:
         """Build the model inside: on the strategy's device, in the precision's dtype. ``empty_init=True``

@@ -197,9 +197,12 @@ def _describe(source: Any) -> str:
     return "the file is empty" if size == 0 else f"the file has {size} bytes"
 
 
-def load(path: _PathLike, map_location: Any = None, weights_only: bool | None = True) -> dict[str, Any]:
+def load(
+    path: _PathLike, map_location: Any = None, weights_only: bool | None = True, mmap: bool = False
+) -> dict[str, Any]:
     """Load a checkpoint file. ``weights_only=False`` runs the full unpickler: only for files you trust;
-    ``None`` is torch's default (see :func:`resolve_weights_only`)."""
+    ``None`` is torch's default (see :func:`resolve_weights_only`). ``mmap``: a local file's tensors are mapped
+    from the file, not read into memory (processes that load the same file then share the page cache's copy)."""
     path_str = os.fspath(path)
     if str(path_str).endswith(".safetensors"):
         return load_safetensors(path_str, map_location)
@@ -208,12 +211,13 @@ def load(path: _PathLike, map_location: Any = None, weights_only: bool | None = 
     source: Any = cloud_io.local(path_str)
     if cloud_io.is_remote(path_str):
         source = io.BytesIO(cloud_io.read_bytes(path_str))
+        mmap = False  # torch maps files only
     safe = resolve_weights_only(weights_only)
     try:
         if not safe:
-            return torch.load(source, map_location=map_location, weights_only=False)
+            return torch.load(source, map_location=map_location, weights_only=False, mmap=mmap)
         with _safe_globals():
-            checkpoint = torch.load(source, map_location=map_location, weights_only=True)
+            checkpoint = torch.load(source, map_location=map_location, weights_only=True, mmap=mmap)
     except _READ_ERRORS as err:
         # torch reports a damaged file as whatever its reader tripped on first (EOFError, OSError, KeyError,
         # ...); say what it is when the file is not a whole torch.save archive

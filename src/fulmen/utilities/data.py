@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, TensorDataset
 
 from fulmen.utilities.apply_func import is_dataclass_instance as is_dataclass_instance
-from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.exceptions import InvalidTypeError, MisconfigurationException
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import WarningCache, rank_zero_warn
 from fulmen.utilities.warnings import PossibleUserWarning as PossibleUserWarning
@@ -208,7 +208,8 @@ def rebuild_dataloader(loader: Any, **changes: Any) -> Any:
     its other arguments read from the attributes of the same names."""
     batches_by_size = loader.batch_sampler is not None and loader.batch_size is not None
     unbatched = loader.batch_sampler is None and "batch_size" not in changes  # batch_size=None: one sample each
-    if not isinstance(loader, DataLoader) or not (batches_by_size or unbatched):
+    by_batch_sampler = "batch_sampler" in changes  # the new batch sampler makes the batches
+    if not isinstance(loader, DataLoader) or not (batches_by_size or unbatched or by_batch_sampler):
         raise MisconfigurationException(
             f"A {type(loader).__name__} with {type(getattr(loader, 'batch_sampler', None)).__name__} cannot be "
             "rebuilt with other arguments: only a torch DataLoader built with batch_size= can. Let the module "
@@ -222,7 +223,9 @@ def rebuild_dataloader(loader: Any, **changes: Any) -> Any:
         "generator": loader.generator, "prefetch_factor": loader.prefetch_factor if workers > 0 else None,
         "persistent_workers": loader.persistent_workers if workers > 0 else False,
     }  # fmt: skip
-    if "sampler" not in changes:  # keep the order: shuffled stays shuffled, a custom sampler stays
+    if by_batch_sampler:  # the arguments a DataLoader takes beside a batch sampler
+        arguments.update(batch_size=1, drop_last=False)
+    elif "sampler" not in changes:  # keep the order: shuffled stays shuffled, a custom sampler stays
         if isinstance(loader.sampler, RandomSampler) and loader.sampler.generator is loader.generator:
             arguments["shuffle"] = True
         elif not is_iterable_dataset(loader):
@@ -238,11 +241,12 @@ _RECORDED = "_fulmen_init_arguments"  # where a loader made while recording keep
 
 @contextlib.contextmanager
 def recording_loader_arguments() -> Iterator[None]:
-    """While held, each ``DataLoader`` made (of any subclass defined by then) remembers the arguments its
-    ``__init__`` was called with, so that fulmen can make it again with another sampler even when its class
-    does not keep them as attributes. Held while a module's or data module's ``*_dataloader`` hook runs."""
+    """While held, each ``DataLoader`` and ``BatchSampler`` made (of any subclass defined by then) remembers the
+    arguments its ``__init__`` was called with, so that fulmen can make it again with another sampler even when
+    its class does not keep them as attributes. Held while a module's or data module's ``*_dataloader`` hook
+    runs."""
     classes: list[Any] = []
-    todo: list[Any] = [DataLoader]
+    todo: list[Any] = [DataLoader, BatchSampler]
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
@@ -252,7 +256,7 @@ def recording_loader_arguments() -> Iterator[None]:
 
     def recording(original: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(original)
-        def __init__(self: DataLoader, *args: Any, **kwargs: Any) -> None:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             if _RECORDED not in self.__dict__:  # the outermost __init__: the loader's own class
                 self.__dict__[_RECORDED] = (args, kwargs)
             original(self, *args, **kwargs)
@@ -268,9 +272,9 @@ def recording_loader_arguments() -> Iterator[None]:
             cls.__init__ = original
 
 
-def _recorded_arguments(loader: DataLoader) -> dict[str, Any]:
-    """The arguments ``loader``'s ``__init__`` was called with (by name; what went to ``**kwargs`` flattened),
-    when it was made while recording (:func:`recording_loader_arguments`)."""
+def _recorded_arguments(loader: Any) -> dict[str, Any]:
+    """The arguments ``loader``'s (a DataLoader's or batch sampler's) ``__init__`` was called with (by name; what
+    went to ``**kwargs`` flattened), when it was made while recording (:func:`recording_loader_arguments`)."""
     recorded = loader.__dict__.get(_RECORDED)
     if recorded is None:
         return {}
@@ -334,6 +338,51 @@ def _made_again(loader: DataLoader, arguments: dict[str, Any]) -> DataLoader:
     if call.get("sampler") is not None:
         call.pop("shuffle", None)  # a sampler given: `shuffle` must not be
     return cls(**call)
+
+
+def batch_sampler_over(batch_sampler: Any, sampler: Any, predicting: bool = False) -> Any:
+    """``batch_sampler``'s class made again over ``sampler`` (a process's share of the indices), with its batch size
+    and ``drop_last`` (``False`` when predicting: every sample is predicted): from the arguments it was made with
+    (in a ``*_dataloader`` hook), else as a ``BatchSampler`` takes them. A batch sampler that takes no sampler is
+    refused (``TypeError``), except for prediction, where it is kept as it is (with a warning)."""
+    cls = type(batch_sampler)
+    given = _recorded_arguments(batch_sampler)
+    how = (
+        "Give it BatchSampler's arguments (sampler, batch_size, drop_last), or set Trainer(use_distributed_sampler="
+        "False) and share the indices out among the processes in your batch sampler yourself."
+    )
+    if given:
+        if "sampler" not in given:
+            raise InvalidTypeError(
+                f"fulmen must make the batch sampler {cls.__qualname__} again over each process's share of the "
+                f"data, but its __init__ takes no `sampler` argument. {how}"
+            )
+        given["sampler"] = sampler
+        if predicting and "drop_last" in given:
+            given["drop_last"] = False
+        return cls(**given)
+    if hasattr(batch_sampler, "batch_size") and hasattr(batch_sampler, "drop_last"):
+        drop_last = False if predicting else batch_sampler.drop_last
+        try:
+            return cls(sampler, batch_size=batch_sampler.batch_size, drop_last=drop_last)
+        except TypeError as err:
+            raise InvalidTypeError(
+                f"fulmen must make the batch sampler {cls.__qualname__} again over each process's share of the data "
+                f"as `{cls.__qualname__}(sampler, batch_size=..., drop_last=...)`, which failed ({err}). Make it in a "
+                f"`*_dataloader` hook of the module or data module (its arguments are then recorded). {how}"
+            ) from err
+    if predicting:
+        rank_zero_warn(
+            f"The batch sampler {cls.__qualname__} of the predict dataloader is not a BatchSampler: it is kept as it "
+            "is, so each process predicts the batches it gives (and `drop_last` cannot be turned off). Make sure "
+            "it yields every index once over the processes.",
+            category=PossibleUserWarning,
+        )
+        return batch_sampler
+    raise InvalidTypeError(
+        f"fulmen cannot share the batches of {cls.__qualname__} out among the processes: it is not a BatchSampler "
+        f"(it has no `batch_size` and `drop_last`). {how}"
+    )
 
 
 _ORDER_ARGUMENTS = frozenset({"batch_sampler", "sampler", "shuffle"})

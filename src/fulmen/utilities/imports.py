@@ -376,6 +376,8 @@ class RequirementCache:
 # -- what programs gate on ------------------------------------------------------------------------------------
 _PYTHON_GREATER_EQUAL_3_11_0 = sys.version_info[:2] >= (3, 11)
 # torch is imported by fulmen anyway: comparing its version costs nothing more
+_TORCH_GREATER_EQUAL_2_2 = compare_version("torch", operator.ge, "2.2.0")
+_TORCH_GREATER_EQUAL_2_4 = compare_version("torch", operator.ge, "2.4.0")
 _TORCH_GREATER_EQUAL_2_6 = compare_version("torch", operator.ge, "2.6.0")
 _TORCH_GREATER_EQUAL_2_8 = compare_version("torch", operator.ge, "2.8.0")
 _TORCH_EQUAL_2_8 = RequirementCache("torch>=2.8.0,<2.9.0")
