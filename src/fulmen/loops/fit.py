@@ -479,10 +479,12 @@ class FitLoop:
         self._results_fresh = False
         context.results = self.results
         context.metrics.epoch_end = False
-        progress.batch_idx = 0
         if hooks:
+            # the batch counters still show the last epoch's batches here (Lightning's trackers move on when the
+            # first batch is fetched): a callback reading them at the epoch start sees what the last epoch ran
             context.hooks.call_callbacks("on_train_epoch_start")
             context.hooks.call_module("on_train_epoch_start")
+        progress.batch_idx = 0
 
     def on_advance_end(self, hooks: bool = True) -> None:
         """End of an epoch; ``hooks=False`` when resuming from a checkpoint written in on_train_epoch_end."""

@@ -194,7 +194,9 @@ def progress_counters(progress: FitProgress, is_last_batch: bool) -> dict[str, A
         cur, tot = _counts(b, b, b, b), _counts(tb + 1, tb + 1, tb + 1, tb + 1)
     else:
         cur, tot = _counts(b, b, b, b), _counts(tb, tb, tb, tb)
-    if phase in (LoopPhase.BETWEEN, LoopPhase.BATCH, LoopPhase.VALIDATION, LoopPhase.EPOCH_START):
+    if phase is LoopPhase.EPOCH_START:  # its start hooks running: the epoch is ready, started after them
+        epoch_counts = _counts(epoch + 1, epoch, epoch, epoch)
+    elif phase in (LoopPhase.BETWEEN, LoopPhase.BATCH, LoopPhase.VALIDATION):
         epoch_counts = _counts(epoch + 1, epoch, epoch + 1, epoch)
     elif phase is LoopPhase.EPOCH_END:
         epoch_counts = _counts(epoch + 1, epoch, epoch + 1, epoch + 1)
