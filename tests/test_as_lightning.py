@@ -32,6 +32,7 @@ def _run(code: str, *args: str, cwd: Path, timeout: float = 120) -> subprocess.C
     return result
 
 
+@pytest.mark.slow  # two interpreters with torch and Lightning (5 s)
 def test_lightning_names_are_fulmen_modules(tmp_path):
     out = _run(
         """

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import fulmen
 
 
@@ -38,6 +40,7 @@ def test_import_and_a_local_run_load_no_optional_package(tmp_path):
     assert out.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.slow  # two interpreters that fit (torch's optimizer imports torch._dynamo: 2 s each)
 def test_info_messages_reach_the_console_as_lightnings_do():
     """Without logging configured, fulmen's INFO messages print (why fit stopped ...); an application's own
     logging configuration receives them instead."""

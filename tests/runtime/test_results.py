@@ -7,6 +7,7 @@ import torch
 
 from fulmen.runtime.results import ResultCollection, to_scalars
 from fulmen.utilities.exceptions import MisconfigurationException
+from tests.parity import oracle
 
 CPU = torch.device("cpu")
 
@@ -157,3 +158,39 @@ def test_epoch_end_values_and_callback_metrics_are_kept_as_in_lightning(tmp_path
     assert ours == theirs and ours.error is None and ours.warnings == []  # the last batch is not looked into
     assert seen["fulmen keys"] == seen["lightning.pytorch keys"] and seen["fulmen keys"][:2] == ["loss", "loss_step"]
     assert seen["fulmen"]["end"] == seen["lightning.pytorch"]["end"] == 1.0
+
+
+@pytest.mark.parametrize("root", ["fulmen", pytest.param("lightning.pytorch", marks=oracle.parity)])
+def test_a_logged_key_read_by_lightnings_name(root, tmp_path):
+    """``trainer._results["<hook>.<name>[.<dataloader_idx>]"]``, with the epoch accumulation (``value``) and the
+    batch sizes it is weighted by (``cumulated_batch_size``), as tests and callbacks written for Lightning read it."""
+    import importlib
+
+    if root != "fulmen":
+        oracle.lightning()
+    pl = importlib.import_module(root)
+    BoringModel = importlib.import_module(f"{root}.demos.boring_classes").BoringModel
+    seen = {}
+
+    class Model(BoringModel):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            out = super().validation_step(batch, batch_idx)
+            self.log("val_loss", out["x"], batch_size=5)
+            return out
+
+        def on_train_epoch_end(self):
+            self.log("epoch_end_value", 3.0)
+            seen["train"] = float(self.trainer._results["on_train_epoch_end.epoch_end_value"].value)
+
+        def on_validation_epoch_end(self):
+            results = self.trainer._results
+            seen["sizes"] = [int(results[f"validation_step.val_loss.{i}"].cumulated_batch_size) for i in (0, 1)]
+
+        def val_dataloader(self):
+            return [super().val_dataloader(), super().val_dataloader()]
+
+    trainer = pl.Trainer(default_root_dir=tmp_path, max_epochs=1, limit_train_batches=2, limit_val_batches=1,
+                         logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         enable_checkpointing=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer.fit(Model())
+    assert seen == {"sizes": [5, 5], "train": 3.0}

@@ -314,3 +314,20 @@ def test_a_subclass_made_in_a_hook_is_made_again_from_its_arguments_as_by_lightn
     with pytest.raises(MisconfigurationException, match="'scale'.*`\\*_dataloader` hook"):
         trainer._data_connector._prepare_dataloader(Scaling(list(range(4)), 2, batch_size=2), shuffle=False,
                                                     mode=RunningStage.TRAINING)  # fmt: skip
+
+
+@oracle.parity
+def test_a_datamodule_assigned_to_the_trainer_is_prepared_as_in_lightning():
+    lightning = oracle.lightning()
+    for lib in (fulmen, lightning):
+
+        class Data(lib.LightningDataModule):
+            calls: list[str] = []
+
+            def prepare_data(self):
+                self.calls.append("prepare_data")
+
+        trainer = lib.Trainer(logger=False)
+        trainer.datamodule = Data()
+        trainer._data_connector.prepare_data()
+        assert Data.calls == ["prepare_data"] and isinstance(trainer.datamodule, Data)

@@ -39,6 +39,16 @@ def parse_configure_optimizers(
     ``manual``: manual optimization, where the user steps the schedulers: no monitor is required, and
     the keys that say when the trainer steps them are ignored (with a warning).
     """
+    optimizers, schedulers, frequencies, monitor = split_configure_optimizers(returned)
+    configs = [scheduler_config(s, monitor, manual) for s in schedulers]
+    _assign_opt_idx(configs, optimizers)
+    return optimizers, configs, frequencies, monitor
+
+
+def split_configure_optimizers(returned: Any) -> tuple[list[Optimizer], list[Any], list[int], str | None]:
+    """What ``configure_optimizers`` returned, in parts: (optimizers, the scheduler entries as given (a scheduler
+    or its dict; those of a list of dicts carry their optimizer's index as ``opt_idx``), per-optimizer
+    frequencies, top-level monitor). :func:`scheduler_config` makes each entry a config."""
     optimizers: list[Optimizer]
     schedulers: list[Any] = []
     frequencies: list[int] = []
@@ -91,9 +101,7 @@ def parse_configure_optimizers(
                 f"configure_optimizers returned {_short(opt)} where an optimizer was expected; every "
                 "optimizer must be a torch.optim.Optimizer."
             )
-    configs = [_scheduler_config(s, monitor, manual) for s in schedulers]
-    _assign_opt_idx(configs, optimizers)
-    return optimizers, configs, frequencies, monitor
+    return optimizers, schedulers, frequencies, monitor
 
 
 def _frequencies(dicts: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -135,7 +143,8 @@ def _check_optimizer_dict(d: Mapping[str, Any]) -> None:
         )
 
 
-def _scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False) -> LRSchedulerConfig:
+def scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False) -> LRSchedulerConfig:
+    """One scheduler entry (a scheduler, or its dict) as a checked config; ``monitor``: the top-level one."""
     if isinstance(scheduler, Mapping) and manual:
         # `interval` is kept (a callback may read it); these decide when fulmen steps, which it does not here
         ignored = sorted(set(scheduler) & {"frequency", "monitor", "strict", "reduce_on_plateau"})
@@ -221,3 +230,28 @@ def _assign_opt_idx(configs: Sequence[LRSchedulerConfig], optimizers: Sequence[O
                 "returned from configure_optimizers. Return that optimizer too."
             )
         config.opt_idx = matches[0]
+
+
+# -- Lightning's private steps of the same parse, under its names (its tests and some libraries call them) -----
+def _configure_optimizers(optim_conf: Any) -> tuple[list[Optimizer], list[Any], str | None]:
+    """(optimizers, the scheduler entries as returned, the top-level monitor): the first half of the parse."""
+    optimizers, schedulers, _, monitor = split_configure_optimizers(optim_conf)
+    return optimizers, schedulers, monitor
+
+
+def _configure_schedulers_automatic_opt(schedulers: list[Any], monitor: str | None) -> list[LRSchedulerConfig]:
+    """Each scheduler entry as a config the trainer steps (``monitor``: the top-level one)."""
+    return [scheduler_config(s, monitor) for s in schedulers]
+
+
+def _configure_schedulers_manual_opt(schedulers: list[Any]) -> list[LRSchedulerConfig]:
+    """Each scheduler entry as a config that manual optimization steps itself (stepping keys ignored)."""
+    return [scheduler_config(s, None, manual=True) for s in schedulers]
+
+
+def _init_optimizers_and_lr_schedulers(model: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
+    """``model.configure_optimizers()`` parsed: its optimizers and scheduler configs."""
+    optimizers, configs, _, _ = parse_configure_optimizers(
+        model.configure_optimizers(), manual=not model.automatic_optimization
+    )
+    return optimizers, configs

@@ -168,6 +168,17 @@ class ResultMetric:
         """Whether the logged values are tensors (``False``: a torchmetrics ``Metric`` object was logged)."""
         return self.metric is None
 
+    @property
+    def value(self) -> torch.Tensor | None:
+        """The epoch accumulation so far, as Lightning names it: the sum of value x batch size for ``"mean"``
+        (divided by :attr:`cumulated_batch_size` when computed), the sum, max or min otherwise."""
+        return self.epoch_acc
+
+    @property
+    def cumulated_batch_size(self) -> torch.Tensor | int:
+        """The batch sizes a ``"mean"`` epoch value is weighted by, summed so far."""
+        return self.count
+
     def update(self, value: torch.Tensor, batch_size: int | torch.Tensor, sync: _Sync | None = None) -> None:
         meta = self.meta
         self.updated = True
@@ -300,6 +311,22 @@ class ResultCollection:
     def result_metrics(self) -> list[ResultMetric]:
         """Every logged key's record (callbacks look a monitored key up here to see how it is reduced)."""
         return list(self.items.values())
+
+    def __getitem__(self, key: str) -> ResultMetric:
+        """A logged key's record by Lightning's name for it: ``"<hook>.<name>"``, ``".<dataloader_idx>"`` added
+        for a value logged under several evaluation loaders (``trainer._results["validation_step.loss.0"]``)."""
+        for result in self.items.values():
+            meta = result.meta
+            if f"{meta.fx}.{meta.name}" + ("" if meta.dataloader_idx is None else f".{meta.dataloader_idx}") == key:
+                return result
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[str(key)]
+        except KeyError:
+            return False
+        return True
 
     # -- per-batch context, set by the loops --------------------------------------------------------
     def set_batch(self, batch: Any, dataloader_idx: int | None = None) -> None:

@@ -145,6 +145,15 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any) -> str | None:
                 "`best_model_path` as `ckpt_path`."
             )
         return str(best)
+    if ckpt_path == "hpc":  # the newest `hpc_ckpt_<n>.ckpt` in default_root_dir (written before a SLURM requeue)
+        hpc = hpc_resume_path(trainer.default_root_dir)
+        if hpc is None:
+            fn = trainer.state.fn.value if trainer.state.fn is not None else "fit"
+            raise ValueError(
+                f'`.{fn}(ckpt_path="hpc")` is set but no HPC checkpoint (hpc_ckpt_<n>.ckpt) was found in '
+                f"{str(trainer.default_root_dir)!r}. Pass an exact checkpoint path to `.{fn}(ckpt_path=...)`."
+            )
+        return hpc
     if ckpt_path == "last":
         candidates: list[str] = []
         for cb in trainer.checkpoint_callbacks:
@@ -183,6 +192,25 @@ class CheckpointConnector:
         self.trainer = trainer
         self._ckpt_path: str | os.PathLike[str] | None = None
         self._loaded_checkpoint: dict[str, Any] = {}
+
+    # -- HPC checkpoints: `hpc_ckpt_<n>.ckpt` in default_root_dir, the newest resumed first under SLURM -----------
+    @property
+    def _hpc_resume_path(self) -> str | None:
+        """The newest ``hpc_ckpt_<n>.ckpt`` in the trainer's ``default_root_dir`` (``None``: none there)."""
+        return hpc_resume_path(self.trainer.default_root_dir)
+
+    @staticmethod
+    def hpc_save_path(folderpath: str | os.PathLike[str]) -> str:
+        """Where the next HPC checkpoint of ``folderpath`` goes: ``hpc_ckpt_<n+1>.ckpt`` after the highest number
+        there (``hpc_ckpt_1.ckpt`` in an empty folder)."""
+        version = _max_version(folderpath, "ckpt_")
+        return os.path.join(folderpath, f"hpc_ckpt_{(version or 0) + 1}.ckpt")
+
+    @staticmethod
+    def __max_ckpt_version_in_folder(dir_path: str | os.PathLike[str], name_key: str = "ckpt_") -> int | None:
+        """The highest number after ``name_key`` among the names in ``dir_path`` (Lightning's helper, which its
+        tests call by its mangled name)."""
+        return _max_version(dir_path, name_key)
 
     # -- reading the file --------------------------------------------------------------------------------------
     def resume_start(self, checkpoint_path: str | os.PathLike[str] | None = None, weights_only: bool | None = None) -> None:
@@ -374,3 +402,21 @@ def log_restored(ckpt_path: str, fitting: bool) -> None:
     predict, the weights (before their ``on_*_start`` hooks)."""
     what = "Restored all states" if fitting else "Loaded model weights"
     rank_zero_info(f"{what} from the checkpoint at {ckpt_path}")
+
+
+def hpc_resume_path(folder: str | os.PathLike[str]) -> str | None:
+    """The newest ``hpc_ckpt_<n>.ckpt`` in ``folder`` (``None``: none there)."""
+    version = _max_version(folder, "hpc_ckpt_")
+    return None if version is None else cloud_io.join(str(folder), f"hpc_ckpt_{version}.ckpt")
+
+
+def _max_version(folder: str | os.PathLike[str], name_key: str) -> int | None:
+    """The highest number in the names of ``folder`` that contain ``name_key`` (the digits after it:
+    ``hpc_ckpt_12.ckpt`` -> 12); ``None`` when there is no such name (or no folder)."""
+    versions = []
+    for name in cloud_io.listdir(folder):
+        if name_key in name:
+            digits = "".join(ch for ch in name.split(name_key)[-1] if ch.isdigit())
+            if digits:  # a name with no number (`hpc_ckpt_last.ckpt`) is no version
+                versions.append(int(digits))
+    return max(versions) if versions else None

@@ -92,7 +92,7 @@ class StageRunner:
                 profiler.teardown(fn.value)  # no run: no report, and torch's profiler must not stay on
             raise
         if ckpt_path is None and fn == TrainerFn.FITTING:
-            ckpt_path = _automatic_resume(context.callbacks)
+            ckpt_path = _automatic_resume(context.callbacks, trainer.default_root_dir)
         context.checkpoint_request = CheckpointRequest(ckpt_path, weights_only)
         if fn == TrainerFn.FITTING:
             self.signals.install()
@@ -412,11 +412,15 @@ class _FirstError:
             raise error
 
 
-def _automatic_resume(callbacks: list[Any]) -> str | None:
-    """Where a fit given no ``ckpt_path`` picks up: a requeued SLURM job from its last checkpoint, a run an
-    exception ended from the file its ``OnExceptionCheckpoint`` left."""
+def _automatic_resume(callbacks: list[Any], default_root_dir: str) -> str | None:
+    """Where a fit given no ``ckpt_path`` picks up: in a SLURM job, the newest HPC checkpoint in
+    ``default_root_dir`` (``hpc_ckpt_<n>.ckpt``, written before a requeue), else a requeued job's last checkpoint;
+    a run an exception ended from the file its ``OnExceptionCheckpoint`` left."""
     from fulmen.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
+    from fulmen.plugins.environments import SLURMEnvironment
 
+    if SLURMEnvironment.detect() and checkpointing.hpc_resume_path(default_root_dir) is not None:
+        return "hpc"
     if slurm_requeued():
         return "last"
     for callback in callbacks:

@@ -157,6 +157,11 @@ class Trainer(LightningInternals):
     def datamodule(self) -> LightningDataModule | None:
         return self._context.datamodule
 
+    @datamodule.setter
+    def datamodule(self, datamodule: LightningDataModule | None) -> None:
+        # assignable, as in Lightning (its tests attach one this way); the next stage's argument replaces it
+        self._context.datamodule = datamodule
+
     @property
     def callbacks(self) -> list[Callback]:
         return self._context.callbacks
