@@ -49,8 +49,42 @@ def pytest_collection_finish(session):
     """The suite's process holds a large heap once the tests are collected (torch, Lightning, the loggers'
     packages), and it lives until the end: moved out of the garbage collector's sight (``gc.freeze``), so that
     each automatic full collection walks only what the tests made since (it walked everything: a second and
-    more per collection late in the suite). What the tests make is collected as before."""
+    more per collection late in the suite). What the tests make is collected as before.
+
+    Then the multi-process jobs that the selected tests' module fixtures need are planned (``tests/prefetch.py``):
+    they run in the background, on the core this one-thread process leaves idle, from the first test past
+    ``_HOLD`` (see :func:`pytest_runtest_setup`)."""
     _freeze_survivors()
+    from tests import prefetch
+
+    modules = {item.module.__name__ for item in session.items if item.module is not None}
+    prefetch.plan(modules)
+    global _held
+    _held = any(m.startswith(_HOLD) for m in modules)
+
+
+# the packages whose tests kill and time processes (resumes after SIGKILL at random moments, saves cut short):
+# they come first in the suite, keep both cores busy, and extra load only slows them, so the background jobs start
+# after them
+_HOLD = "tests.checkpointing"
+_held = False  # the session's tests include that package, and the run has not reached it yet
+
+
+def pytest_runtest_setup(item):
+    global _held
+    module = item.module.__name__ if item.module is not None else ""
+    if module.startswith(_HOLD):
+        _held = False  # reached: the jobs start with the first test after it
+    elif not _held:
+        from tests import prefetch
+
+        prefetch.start()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests import prefetch
+
+    prefetch.stop()
 
 
 @pytest.hookimpl(trylast=True)  # after the module's fixtures were finalized

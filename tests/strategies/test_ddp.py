@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import fulmen
+from tests import prefetch
 from tests.parity import oracle
 from tests.strategies.ddp_model import CASES, GAN, Model, gan_loader, loader
 
@@ -51,25 +52,24 @@ def _free_port_in(low: int, high: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def ddp_results(tmp_path_factory):
+def ddp_results():
     """The script's results on both ranks, every scenario, started by torchrun (2 processes, gloo)."""
-    return _launch(tmp_path_factory, "torchrun")
+    return prefetch.result("ddp-torchrun")
 
 
 @pytest.fixture(scope="module", params=["torchrun", "fulmen", "torchrun, two nodes", "slurm"])
-def launched(request, tmp_path_factory, ddp_results):
+def launched(request, ddp_results):
     """The training cases started each way a job starts: by torchrun; as a plain script that fulmen's own
     launcher (Trainer(strategy="ddp", devices=2) outside a launcher) starts again for rank 1; as a simulated
     two-machine job, two `torchrun --nnodes=2 --node_rank=0|1` launches on 127.0.0.1 with one process each;
     or as two tasks of a simulated SLURM job (srun's environment variables, no torchrun variables). Only the
     cases run for the other ways: what they change is how the processes find each other."""
-    return ddp_results if request.param == "torchrun" else _launch(tmp_path_factory, request.param, only_cases=True)
+    return ddp_results if request.param == "torchrun" else prefetch.result(f"ddp-{request.param}")
 
 
-def _launch(tmp_path_factory, mode: str, only_cases: bool = False) -> list[dict]:
-    out = tmp_path_factory.mktemp("ddp")
+def _launch(out: Path, environ: dict[str, str], mode: str, only_cases: bool = False) -> list[dict]:
     script = str(ROOT / "tests" / "strategies" / "ddp_script.py")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env = dict(environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     if only_cases:
         env["TEST_ONLY_CASES"] = "1"
     for key in [k for k in env if k.startswith("SLURM_")] + ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
@@ -127,19 +127,30 @@ def test_two_processes_train_like_one_on_the_global_batch(launched, case):
         assert result["loss_epoch"] == pytest.approx(float(trainer.callback_metrics["loss_epoch"]), abs=1e-6)
 
 
-@pytest.fixture(scope="module")
-def lightning_ddp(tmp_path_factory):
-    """The same cases trained by Lightning's DDP (2 processes under torchrun, gloo): the oracle."""
+def _launch_lightning(out: Path, environ: dict[str, str]) -> list[dict]:
     oracle.lightning()
-    out = tmp_path_factory.mktemp("lightning_ddp")
     script = str(ROOT / "tests" / "strategies" / "ddp_lightning_script.py")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env = {k: v for k, v in environ.items() if not k.startswith("SLURM_")}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     command = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
                f"--master_port={_free_port()}", "--nproc_per_node=2", script, str(out)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=out, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return [torch.load(out / f"lightning_rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+# started in the background when these tests are selected (tests/prefetch.py), in the order the tests use them
+prefetch.register("ddp-torchrun", __name__, lambda out, environ: _launch(out, environ, "torchrun"))
+prefetch.register("ddp-lightning", __name__, _launch_lightning)
+for _mode in ("fulmen", "torchrun, two nodes", "slurm"):
+    prefetch.register(f"ddp-{_mode}", __name__,
+                      lambda out, environ, mode=_mode: _launch(out, environ, mode, only_cases=True))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def lightning_ddp():
+    """The same cases trained by Lightning's DDP (2 processes under torchrun, gloo): the oracle."""
+    return prefetch.result("ddp-lightning")
 
 
 @oracle.parity

@@ -5,7 +5,6 @@ another number of processes (DDP and FSDP)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import torch
 
 import fulmen
 from fulmen.utilities import distributed_checkpoint
+from tests import prefetch
 from tests.strategies.fsdp_model import GAN, Wide, gan_loader, indexed_loader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ SCRIPT = str(ROOT / "tests" / "strategies" / "fsdp_script.py")
 STEPS_PER_EPOCH = 8  # 64 samples, a global batch of 8
 
 
-def _torchrun(nproc: int, *args: str, expect_ok: bool = True) -> str:
+def _torchrun(nproc: int, *args: str, expect_ok: bool = True, environ: dict[str, str], cwd: Path) -> str:
     """``torchrun --nproc_per_node=nproc SCRIPT *args``. One process is started directly, with the variables
     torchrun gives its single worker: what is tested there is FSDP on a world of one, not torchrun's agent
     (whose start, about 2 s, would be all the difference)."""
@@ -31,7 +31,7 @@ def _torchrun(nproc: int, *args: str, expect_ok: bool = True) -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env = dict(environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     for key in [k for k in env if k.startswith(("SLURM_", "TORCHELASTIC_"))] + ["RANK", "LOCAL_RANK", "WORLD_SIZE",
                                                                                "LOCAL_WORLD_SIZE", "MASTER_PORT"]:  # fmt: skip
         env.pop(key, None)
@@ -42,7 +42,7 @@ def _torchrun(nproc: int, *args: str, expect_ok: bool = True) -> str:
     else:
         command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
                    "--master_addr=127.0.0.1", f"--master_port={port}", SCRIPT, *args]  # fmt: skip
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
     output = proc.stdout + proc.stderr
     if expect_ok:
         assert proc.returncode == 0, output[-4000:]
@@ -53,24 +53,34 @@ def _results(outdir: Path, scenario: str, ranks: int) -> list[dict]:
     return [torch.load(outdir / f"{scenario}-rank{r}.pt", weights_only=False) for r in range(ranks)]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def _all_runs(out: Path, environ: dict[str, str]) -> dict:
     """Every multi-process run, in order: 2 processes (training, checkpoints); 1 process resuming their
     mid-epoch checkpoints and writing its own; 4 processes resuming the 2-process ones (and 2-D parallelism);
     2 processes resuming the 1-process one, then rank 0 killed during a save (that launch fails by design)."""
-    out = tmp_path_factory.mktemp("fsdp")
-    _torchrun(2, "main", str(out))
+
+    def torchrun(nproc: int, *args: str, expect_ok: bool = True) -> str:
+        return _torchrun(nproc, *args, expect_ok=expect_ok, environ=environ, cwd=out)
+
+    torchrun(2, "main", str(out))
     two = [out / "sharded" / "epoch=0-step=3.ckpt", out / "ddp" / "epoch=0-step=3.ckpt"]
-    _torchrun(1, "resume", str(out), *map(str, two))
+    torchrun(1, "resume", str(out), *map(str, two))
     ones = _results(out, "resume", 1)
     (out / "resume-rank0.pt").rename(out / "resume1-rank0.pt")
-    _torchrun(4, "resume", str(out), *map(str, two))
+    torchrun(4, "resume", str(out), *map(str, two))
     fours = _results(out, "resume", 4)
     one = out / "one" / "epoch=0-step=3.ckpt"
-    kill_output = _torchrun(2, "resume", str(out), str(one), "--then-kill", expect_ok=False)
+    kill_output = torchrun(2, "resume", str(out), str(one), "--then-kill", expect_ok=False)
     twos_from_one = _results(out, "resume", 2)
     return {"out": out, "main": _results(out, "main", 2), "1": ones, "4": fours, "2from1": twos_from_one,
             "two": two, "one": one, "kill_output": kill_output}  # fmt: skip
+
+
+prefetch.register("fsdp-runs", __name__, _all_runs)  # started in the background when these tests are selected
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return prefetch.result("fsdp-runs")
 
 
 def _single(model, loader, **kwargs):
