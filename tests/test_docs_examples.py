@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import re
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests import prefetch
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -81,23 +86,44 @@ def test_performance_example_runs(capsys):
     assert final < 0.05  # x**2 on [0, 1) is learned within the five epochs
 
 
-@pytest.mark.slow
-def test_distributed_example_runs(tmp_path):
+def _distributed_example(folder: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """docs/distributed.md's train.py as a user runs it: `python train.py`, two processes by fulmen's launcher."""
-    import os
-    import subprocess
-    import sys
-
     source = (DOCS / "distributed.md").read_text()
     code = re.search(r"```python\n(.*?)```", source, re.S)
     assert code is not None
-    (tmp_path / "train.py").write_text(code.group(1))
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")
-    }
+    (folder / "train.py").write_text(code.group(1))
+    env = {k: v for k, v in environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    done = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "train.py"], cwd=folder, env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
+
+
+def _distributed_fsdp_example(folder: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """docs/distributed.md's FSDP script, as a user runs it: torchrun, two processes."""
+    source = (DOCS / "distributed.md").read_text()
+    source = source[source.index("## Sharded training (FSDP)") :]
+    code = re.search(r"```python\n(.*?)```", source, re.S)
+    assert code is not None
+    script = folder / "fsdp_train.py"
+    script.write_text(code.group(1))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
+                           str(script), str(folder / "run")], capture_output=True, text=True, env=env, cwd=folder,
+                          timeout=300)  # fmt: skip
+
+
+# both launch processes and wait: started in the background when these tests are selected (tests/prefetch.py)
+prefetch.register("docs-distributed", __name__, _distributed_example)
+prefetch.register("docs-distributed-fsdp", __name__, lambda folder, environ: (folder, _distributed_fsdp_example(folder, environ)))
+
+
+@pytest.mark.slow
+def test_distributed_example_runs():
+    done = prefetch.result("docs-distributed")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "rank 0 of 2: loss" in done.stdout and "rank 1" not in done.stdout  # trainer.print: rank 0 only
 
@@ -144,35 +170,14 @@ def test_distributed_strategy_registry_example_runs():
 
 @pytest.mark.slow
 def test_distributed_fsdp_example_runs_under_torchrun(tmp_path):
-    """docs/distributed.md's FSDP script, as a user runs it: torchrun, two processes, then consolidation."""
-    import os
-    import subprocess
-    import sys
-
-    source = (DOCS / "distributed.md").read_text()
-    source = source[source.index("## Sharded training (FSDP)") :]
-    code = re.search(r"```python\n(.*?)```", source, re.S)
-    assert code is not None
-    script = tmp_path / "fsdp_train.py"
-    script.write_text(code.group(1))
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
-                          str(script), str(tmp_path / "run")], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         timeout=300)  # fmt: skip
+    """docs/distributed.md's FSDP script under torchrun (two processes), then its checkpoint consolidated."""
+    folder, run = prefetch.result("docs-distributed-fsdp")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "world 2: loss" in run.stdout and "last.ckpt" in run.stdout
-    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    last = folder / "run" / "checkpoints" / "last.ckpt"
     from fulmen.cli import main
 
     main(["consolidate", str(last), str(tmp_path / "model.ckpt")])
-    import torch
-
     checkpoint = torch.load(tmp_path / "model.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 16 and "blocks.3.mlp.2.weight" in checkpoint["state_dict"]
 

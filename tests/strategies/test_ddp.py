@@ -421,32 +421,37 @@ def test_torchrun_elastic_restart_resumes_from_the_last_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_processes_exit_cleanly_right_after_collectives(tmp_path):
+def test_processes_exit_cleanly_right_after_collectives():
     """The interpreter may begin to shut down while gloo's worker threads still release the last collective's
     tensors, which takes the GIL: before fulmen waited for them at exit, about one run in four aborted here
     (SIGABRT, "terminate called without an active exception") after training had succeeded."""
+    for returncode, stderr in prefetch.result("ddp-exit"):
+        assert returncode == 0, stderr[-3000:]
+
+
+def _exit_launches(folder: Path, environ: dict[str, str]) -> list[tuple[int, str]]:
+    """Two torchrun launches at the same time, in directories of their own (the FSDP tests' torchrun launches
+    must exit cleanly too: the same exit path): their exit statuses and error output."""
     script = str(ROOT / "tests" / "strategies" / "ddp_script.py")
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")
-    }
+    env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TEST_EXIT="1")
-    # two launches at the same time, in directories of their own (the FSDP tests' four torchrun launches must
-    # exit cleanly too: the same exit path)
     jobs = []
     for n in range(2):
-        out = tmp_path / f"launch{n}"
+        out = folder / f"launch{n}"
         out.mkdir()
         command = [sys.executable, "-m", "torch.distributed.run", "--master_addr=127.0.0.1",
                    f"--master_port={_free_port()}", "--nproc_per_node=2", script, str(out)]  # fmt: skip
         jobs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                      cwd=out))  # fmt: skip
     try:
-        for job in jobs:
-            _, stderr = job.communicate(timeout=120)
-            assert job.returncode == 0, stderr[-3000:]
+        errors = [job.communicate(timeout=120)[1] for job in jobs]
+        return [(job.returncode, error) for job, error in zip(jobs, errors)]
     finally:
         for job in jobs:
             job.kill() if job.poll() is None else None
+
+
+prefetch.register("ddp-exit", __name__, _exit_launches)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names and states from Linux's /proc")
