@@ -21,6 +21,7 @@ Reading never runs code: the non-tensor entries (optimizer parameter groups ...)
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import itertools
 import os
@@ -235,7 +236,7 @@ def read_full(path: str | os.PathLike[str]) -> dict[str, Any]:
     with warnings.catch_warnings():  # DCP says it assumes a single process: that is the point here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         with _unwrapped_unsafe(path):
-            dcp.load(flat, storage_reader=reader, planner=_safe_planner(flatten=False), no_dist=True)
+            _load_in_this_process(flat, reader, _safe_planner(flatten=False))
     paths = metadata.planner_data if isinstance(metadata.planner_data, dict) else {}
     nested: dict[str, Any] = {}
     for key, value in flat.items():
@@ -316,3 +317,17 @@ def load_consolidated(path: str | os.PathLike[str], weights_only: bool | None = 
     if count:
         checkpoint["optimizer_states"] = [optimizer_state_by_position(tensors[optimizer_key(i)]) for i in range(count)]
     return checkpoint
+
+
+def _load_in_this_process(state: dict[str, Any], reader: Any, planner: Any) -> None:
+    """DCP's load with no collective, also when a process group is running (each process of a job may read a
+    checkpoint whole on its own). Newer torch takes ``no_dist`` in ``dcp.load``; older torch (2.6) only in the
+    step ``dcp.load`` calls, which otherwise decides it from whether a process group is running."""
+    import torch.distributed.checkpoint as dcp
+
+    if "no_dist" in inspect.signature(dcp.load).parameters:
+        dcp.load(state, storage_reader=reader, planner=planner, no_dist=True)
+        return
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    _load_state_dict(state, storage_reader=reader, planner=planner, no_dist=True)
