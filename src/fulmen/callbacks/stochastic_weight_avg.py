@@ -287,7 +287,10 @@ class StochasticWeightAveraging(Callback):
         if not self.started:
             return {}
         assert self._average is not None and self._scheduler is not None
-        return {"average": self._average.state_dict(), "scheduler": self._scheduler.state_dict(),
+        # older torch (2.6) keeps SWALR's annealing function in its state: a function in the checkpoint, which the
+        # safe (weights_only) load refuses. The scheduler made again at resume has it from annealing_strategy
+        scheduler = {k: v for k, v in self._scheduler.state_dict().items() if k != "anneal_func"}
+        return {"average": self._average.state_dict(), "scheduler": scheduler,
                 "averaged_at_step": self._averaged_at_step}  # fmt: skip
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
