@@ -4,7 +4,6 @@ replacement repaired after a kill, safe reading, consolidation, optimizer states
 
 from __future__ import annotations
 
-import inspect
 import os
 import pickle
 from datetime import timedelta
@@ -12,17 +11,12 @@ from datetime import timedelta
 import pytest
 import torch
 from torch import nn
-from torch.distributed.checkpoint import save as dcp_save
 
 import fulmen
 from fulmen.strategies import FSDPStrategy, ModelParallelStrategy
 from fulmen.strategies.fsdp import ARGUMENTS
 from fulmen.utilities import checkpoint_io, distributed_checkpoint
 from fulmen.utilities.exceptions import MisconfigurationException
-
-# DCP saves from this process alone: newer torch asks for it with `no_dist`, older (2.6) decides it itself (no
-# process group runs here)
-_IN_THIS_PROCESS = {"no_dist": True} if "no_dist" in inspect.signature(dcp_save).parameters else {}
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
@@ -134,7 +128,7 @@ def test_init_module_under_fsdp_creates_on_the_meta_device():
 def _write_sharded(path, meta, tensors):
     import torch.distributed.checkpoint as dcp
 
-    dcp.save(tensors, checkpoint_id=path, **_IN_THIS_PROCESS)
+    dcp.save(tensors, checkpoint_id=path, no_dist=True)
     checkpoint_io.save(meta, os.path.join(path, distributed_checkpoint.META_FILE))
 
 
@@ -232,7 +226,7 @@ def test_reading_a_sharded_checkpoint_runs_no_code(tmp_path):
 def test_a_sharded_directory_without_fulmens_meta_is_named(tmp_path):
     import torch.distributed.checkpoint as dcp
 
-    dcp.save({"model": {"w": torch.zeros(2)}}, checkpoint_id=tmp_path / "bare", **_IN_THIS_PROCESS)
+    dcp.save({"model": {"w": torch.zeros(2)}}, checkpoint_id=tmp_path / "bare", no_dist=True)
     with pytest.raises(checkpoint_io.CorruptCheckpointError, match="without fulmen's meta.pt"):
         distributed_checkpoint.load_consolidated(tmp_path / "bare")
 

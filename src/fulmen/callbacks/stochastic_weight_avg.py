@@ -287,7 +287,7 @@ class StochasticWeightAveraging(Callback):
         if not self.started:
             return {}
         assert self._average is not None and self._scheduler is not None
-        # older torch (2.6) keeps SWALR's annealing function in its state: a function in the checkpoint, which the
+        # older torch (2.7 for one) keeps SWALR's annealing function in its state: a function in the checkpoint, which the
         # safe (weights_only) load refuses. The scheduler made again at resume has it from annealing_strategy
         scheduler = {k: v for k, v in self._scheduler.state_dict().items() if k != "anneal_func"}
         return {"average": self._average.state_dict(), "scheduler": scheduler,

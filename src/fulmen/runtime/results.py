@@ -192,8 +192,12 @@ class ResultMetric:
         reduce = meta.reduce_fx
         acc = self.epoch_acc
         if reduce == "mean":
-            v = value.to(_acc_dtype(value)) * batch_size
-            self.epoch_acc = v if acc is None else acc + v
+            if acc is not None and isinstance(batch_size, int):
+                # one operation per step (a kernel launch on a GPU): the weighting rides along with the sum
+                self.epoch_acc = torch.add(acc, value, alpha=batch_size)
+            else:
+                v = value.to(_acc_dtype(value)) * batch_size
+                self.epoch_acc = v if acc is None else acc + v
             self.count = self.count + batch_size
         elif reduce == "sum":
             v = value.to(_acc_dtype(value))

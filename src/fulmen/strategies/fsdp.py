@@ -485,19 +485,14 @@ class ShardedStrategy(ParallelStrategy):
         return _CHECKPOINT_GROUP[1]
 
     def _stager(self) -> Any:
-        """DCP's stager, kept for the run: it copies the shards into host memory it reuses at the next save
-        (pinned for CUDA tensors). ``None`` on a torch without one: DCP then allocates at every save."""
-        if self._checkpoint_stager is None:
-            try:
-                from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-            except ImportError:  # torch < 2.9
-                return None
-            cuda = self.root_device.type == "cuda"
-            self._checkpoint_stager = DefaultStager(
-                StagingOptions(use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=False,
-                               use_non_blocking_copy=cuda)
-            )  # fmt: skip
-        return self._checkpoint_stager
+        """DCP's stager for the next background save (see :func:`distributed_checkpoint.new_stager`), kept for the
+        run where the installed torch lets a stager stage again: the next save then reuses its host buffers."""
+        if self._checkpoint_stager is not None:
+            return self._checkpoint_stager
+        stager = distributed_checkpoint.new_stager(pinned=self.root_device.type == "cuda")
+        if stager is not None and distributed_checkpoint.stagers_are_reusable():
+            self._checkpoint_stager = stager
+        return stager
 
     def teardown(self) -> None:
         try:

@@ -21,7 +21,7 @@ Reading never runs code: the non-tensor entries (optimizer parameter groups ...)
 from __future__ import annotations
 
 import contextlib
-import inspect
+import functools
 import io
 import itertools
 import os
@@ -119,6 +119,39 @@ def save_sharded_async(
             _complete(partial, Path(path), meta)
 
     return complete
+
+
+def new_stager(pinned: bool) -> Any:
+    """A DCP stager for :func:`save_sharded_async`: it copies the shards into host memory (pinned, for CUDA
+    tensors, and copied without blocking) before the save returns. ``None`` on a torch without one (< 2.9):
+    DCP then stages into new memory at every save."""
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    except ImportError:
+        return None
+    return DefaultStager(
+        StagingOptions(use_pinned_memory=pinned, use_shared_memory=False, use_async_staging=False,
+                       use_non_blocking_copy=pinned)
+    )  # fmt: skip
+
+
+@functools.cache
+def stagers_are_reusable() -> bool:
+    """Whether a stager of the installed torch can stage more than once, keeping its buffers for the next
+    save. torch 2.9 to 2.12 close a stager's copier after each staging: its next staging then fails on the
+    first class it meets (a DTensor's layout holds several), so those torches need a new stager per save.
+    Tried once per process, on a one-element tensor."""
+    stager = new_stager(pinned=False)
+    if stager is None:
+        return False
+    try:
+        for _ in range(2):
+            stager.stage({"tensor": torch.zeros(1), "class": int})
+    except KeyError:
+        return False
+    finally:
+        stager.close()
+    return True
 
 
 def _begin(path: str | os.PathLike[str], is_coordinator: bool, barrier: Callable[[], None]) -> Path:
@@ -236,7 +269,7 @@ def read_full(path: str | os.PathLike[str]) -> dict[str, Any]:
     with warnings.catch_warnings():  # DCP says it assumes a single process: that is the point here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         with _unwrapped_unsafe(path):
-            _load_in_this_process(flat, reader, _safe_planner(flatten=False))
+            dcp.load(flat, storage_reader=reader, planner=_safe_planner(flatten=False), no_dist=True)
     paths = metadata.planner_data if isinstance(metadata.planner_data, dict) else {}
     nested: dict[str, Any] = {}
     for key, value in flat.items():
@@ -318,16 +351,3 @@ def load_consolidated(path: str | os.PathLike[str], weights_only: bool | None = 
         checkpoint["optimizer_states"] = [optimizer_state_by_position(tensors[optimizer_key(i)]) for i in range(count)]
     return checkpoint
 
-
-def _load_in_this_process(state: dict[str, Any], reader: Any, planner: Any) -> None:
-    """DCP's load with no collective, also when a process group is running (each process of a job may read a
-    checkpoint whole on its own). Newer torch takes ``no_dist`` in ``dcp.load``; older torch (2.6) only in the
-    step ``dcp.load`` calls, which otherwise decides it from whether a process group is running."""
-    import torch.distributed.checkpoint as dcp
-
-    if "no_dist" in inspect.signature(dcp.load).parameters:
-        dcp.load(state, storage_reader=reader, planner=planner, no_dist=True)
-        return
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
-
-    _load_state_dict(state, storage_reader=reader, planner=planner, no_dist=True)

@@ -125,14 +125,16 @@ class Closure(AbstractClosure[ClosureResult]):
 class _LoopClosure(Closure):
     """The fit loop's closure for one optimizer on one batch: training_step, zero_grad on the window's first
     batch, backward. Optimizers like LBFGS call it several times; the last call's result is what the batch
-    returns. Keeps training_step's Tensor as it is in the common case (no window, a plain loss), so such a
-    step builds no result object."""
+    returns. Keeps training_step's Tensor (divided by the window when accumulating) in the common case of a plain
+    loss, so such a step builds no result object (nor its detached loss, unless a hook reads the outputs)."""
 
     def __init__(
-        self, loop: AutomaticOptimization, idx: int, step_args: tuple[Any, ...], first_of_window: bool, window: int
-    ) -> None:
+        self, loop: AutomaticOptimization, idx: int, step_args: tuple[Any, ...], first_of_window: bool, window: int,
+        returns_read: bool = True,
+    ) -> None:  # fmt: skip
         self._result: ClosureResult | Tensor | None = None  # type: ignore[assignment]
         self._loop = loop
+        self._returns_read = returns_read  # whether anyone sees what a call returns (an optimizer_step override)
         self._idx = idx
         self._step_args = step_args
         self._first = first_of_window
@@ -151,9 +153,11 @@ class _LoopClosure(Closure):
         output = strategy.training_step(*self._step_args)
         if loop.post_step:
             strategy.post_training_step()
-        if type(output) is Tensor and self._window == 1:  # the common case: no result object to build
-            result: ClosureResult | Tensor = output
-            loss: Tensor | None = output
+        if type(output) is Tensor:  # the common case: no result object to build (its detached loss is made
+            # only if a hook reads the outputs)
+            tensor = output if self._window == 1 else output / self._window
+            result: ClosureResult | Tensor = tensor
+            loss: Tensor | None = tensor
         else:
             result = ClosureResult.from_training_step_output(output, self._window)
             loss = result.closure_loss
@@ -167,8 +171,12 @@ class _LoopClosure(Closure):
         if loss is not None:
             strategy.backward(loss, optimizer)
         self._result = result
-        # detach() without a copy: backward does not write into the loss, and a copy is an allocation
-        return loss.detach() if loss is not None else None
+        if loss is None or not self._returns_read:
+            # an accumulating batch, or the default optimizer_step: what the call returns is dropped, so the loss
+            # goes back as it is (one operation less per step)
+            return loss
+        # an optimizer_step override sees the closure's loss as Lightning gives it: detached (a view, no copy)
+        return loss.detach()
 
     def closure(self, *args: Any, **kwargs: Any) -> ClosureResult:
         self(*args, **kwargs)
@@ -299,7 +307,9 @@ class AutomaticOptimization:
         context = self.context
         strategy, progress = context.strategy, context.progress
         step_args = (batch, batch_idx, idx) if self.pass_optimizer_idx else (batch, batch_idx)
-        closure = _LoopClosure(self, idx, step_args, first_of_window, window)
+        closure = _LoopClosure(
+            self, idx, step_args, first_of_window, window, returns_read=not (accumulate or self._inline_step)
+        )
         if accumulate:
             # not the last batch of the window: no step, and no gradient sync across processes
             with strategy.block_backward_sync():

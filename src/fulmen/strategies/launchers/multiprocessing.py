@@ -131,7 +131,7 @@ class _MultiProcessingLauncher(_Launcher):
                     f"strategy={name!r}: the process of rank {err.error_index} {how} before the run ended; the "
                     "other processes were stopped.",
                     err.error_index,
-                    _pid(context, err),
+                    _pid(err),
                     err.exit_code,
                     err.signal_name,
                 ) from err
@@ -187,12 +187,12 @@ def _first_failure(context: Any, err: mp.ProcessRaisedException) -> tuple[int, i
             if isinstance(trace, str) and trace and FOLLOWS_ANOTHER_RANK not in trace:
                 message = f"\n\n-- Process {index:d} terminated with the following error:\n{trace}"
                 return index, int(context.processes[index].pid or 0), message
-    return err.error_index, _pid(context, err), str(err)
+    return err.error_index, _pid(err), str(err)
 
 
-def _pid(context: Any, err: mp.ProcessRaisedException | mp.ProcessExitedException) -> int:
+def _pid(err: mp.ProcessRaisedException | mp.ProcessExitedException) -> int:
     """The failed process's pid, which torch's exception carries: as ``error_pid``, or as ``pid`` in older torch
-    (2.6)."""
+    (2.7 for one)."""
     pid = getattr(err, "error_pid", None)
     return int(pid if pid is not None else getattr(err, "pid", 0) or 0)
 
