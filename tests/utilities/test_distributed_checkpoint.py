@@ -1,5 +1,5 @@
 """DCP's stager for the background sharded saves: kept from one save to the next only where the installed torch
-lets a stager stage again (torch 2.9 to 2.12 close its copier after each staging)."""
+lets a stager stage again (some, 2.11 for one, close its copier after each staging)."""
 
 from __future__ import annotations
 

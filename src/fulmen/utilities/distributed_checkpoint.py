@@ -138,8 +138,8 @@ def new_stager(pinned: bool) -> Any:
 @functools.cache
 def stagers_are_reusable() -> bool:
     """Whether a stager of the installed torch can stage more than once, keeping its buffers for the next
-    save. torch 2.9 to 2.12 close a stager's copier after each staging: its next staging then fails on the
-    first class it meets (a DTensor's layout holds several), so those torches need a new stager per save.
+    save. Some torch releases (2.11 for one) close a stager's copier after each staging: its next staging then
+    fails on the first class it meets (a DTensor's layout holds several), so those need a new stager per save.
     Tried once per process, on a one-element tensor."""
     stager = new_stager(pinned=False)
     if stager is None:
