@@ -199,7 +199,10 @@ class Precision(CheckpointHooks):
             result = closure()
             if after_closure is not None:
                 after_closure(optimizer)
-            optimizer.step(**kwargs)
+            if kwargs:
+                optimizer.step(**kwargs)
+            else:  # no argument unpacking: the plain call is the cheaper one, at every step
+                optimizer.step()
             return result
         if after_closure is None:
             return optimizer.step(closure=closure, **kwargs)

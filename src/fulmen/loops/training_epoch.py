@@ -186,7 +186,7 @@ class TrainingEpochLoop:
         if batches.done:
             return
         advance = self.context.hooks.profiled("run_training_batch", self.advance)  # advance itself unprofiled
-        check_saves = self.context.strategy.raise_failed_checkpoint_save
+        check_saves = self.context.strategy.failed_save_check()  # None: the writer saves before returning
         while True:
             progress.phase = _BETWEEN
             stop.agreed = False  # a should_stop set from here on waits for the next agreement
@@ -198,7 +198,8 @@ class TrainingEpochLoop:
             if advance(batch) == -1:
                 break
             self.on_advance_end()
-            check_saves()  # a checkpoint that failed to write in the background stops the run here
+            if check_saves is not None:
+                check_saves()  # a checkpoint that failed to write in the background stops the run here
             # a signal is acted on once the optimizer step is complete (the end of an accumulation window,
             # at most accumulate_grad_batches - 1 batches later): the checkpoint then holds no partial
             # gradients, so it resumes on any number of processes (an elastic restart)

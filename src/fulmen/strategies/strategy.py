@@ -329,6 +329,17 @@ class Strategy:
         stops the run at the next step instead of going unnoticed until the next save."""
         raise_failed_save_of(self.checkpoint_io)
 
+    def failed_save_check(self) -> Callable[[], None] | None:
+        """What :meth:`raise_failed_checkpoint_save` comes down to for the ``CheckpointIO`` in use now: its
+        ``raise_failed_save``, or None for a writer that saves before returning (nothing ever to raise). The
+        training loop reads it once per epoch and calls it after every batch, a few calls less per step."""
+        from fulmen.plugins.io import CheckpointIO  # fulmen.plugins loads on first use only
+
+        method: Callable[[], None] | None = getattr(self.checkpoint_io, "raise_failed_save", None)
+        if method is None or getattr(method, "__func__", None) is CheckpointIO.raise_failed_save:
+            return None
+        return method
+
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         """The checkpoint at ``checkpoint_path`` as a dict; a sharded (FSDP) checkpoint directory is read whole
         into this process, as ``fulmen consolidate`` would write it (resharding N processes -> 1)."""
@@ -458,7 +469,8 @@ class Strategy:
     def _current_plan(self, hooks: HookDispatcher) -> _StepPlan:
         """The step plan for ``hooks`` as they are now: the cached one, or a new one when the dispatcher was
         reset since (a new run, new callbacks or module). The hot loop reads the plan's fields instead of
-        asking the dispatcher at every step."""
+        asking the dispatcher at every step (the per-step callers test the cached one inline first: a call
+        less each)."""
         plan = self._plan
         if plan is None or plan.generation != hooks.generation:
             plan = self._plan = self._step_plan(hooks)
@@ -490,7 +502,9 @@ class Strategy:
         if hooks is None or self._lightning_module is None:
             batch = move_data_to_device(batch, device)
             return self.precision_plugin.convert_input(batch)
-        plan = self._current_plan(hooks)
+        plan = self._plan
+        if plan is None or plan.generation != hooks.generation:
+            plan = self._current_plan(hooks)
         if plan.default_transfer:
             batch = move_data_to_device(batch, device)
         else:
@@ -557,7 +571,9 @@ class Strategy:
         :meth:`post_backward`. Returns the loss back-propagated (detached, as ``post_backward`` returns it)."""
         hooks = self._hooks
         assert hooks is not None
-        plan = self._current_plan(hooks)
+        plan = self._plan
+        if plan is None or plan.generation != hooks.generation:
+            plan = self._current_plan(hooks)
         if plan.inline_backward and not args and not kwargs:  # the default hooks, inline
             if plan.strategy_pre_backward:
                 self.pre_backward(closure_loss)
@@ -597,7 +613,9 @@ class Strategy:
         precision = self.precision_plugin
         if hooks is None:
             return precision._optimizer_step(optimizer, closure, None, **kwargs)
-        plan = self._current_plan(hooks)
+        plan = self._plan
+        if plan is None or plan.generation != hooks.generation:
+            plan = self._current_plan(hooks)
         if not plan.own_precision_step:  # a subclass's optimizer_step: called as Lightning calls it
             model = model if model is not None else self._lightning_module
             return precision.optimizer_step(optimizer, model=model, closure=closure, **kwargs)

@@ -27,6 +27,8 @@ from fulmen.utilities.exceptions import MisconfigurationException, UnsupportedSe
 from fulmen.utilities.rank_zero import WarningCache
 
 if TYPE_CHECKING:
+    from torch.optim import Optimizer
+
     from fulmen.runtime.context import RunContext
 
 # the words Lightning users' warning filters match
@@ -129,13 +131,14 @@ class _LoopClosure(Closure):
     loss, so such a step builds no result object (nor its detached loss, unless a hook reads the outputs)."""
 
     def __init__(
-        self, loop: AutomaticOptimization, idx: int, step_args: tuple[Any, ...], first_of_window: bool, window: int,
-        returns_read: bool = True,
+        self, loop: AutomaticOptimization, idx: int, optimizer: Optimizer, step_args: tuple[Any, ...],
+        first_of_window: bool, window: int, returns_read: bool = True,
     ) -> None:  # fmt: skip
         self._result: ClosureResult | Tensor | None = None  # type: ignore[assignment]
         self._loop = loop
         self._returns_read = returns_read  # whether anyone sees what a call returns (an optimizer_step override)
         self._idx = idx
+        self._optimizer = optimizer
         self._step_args = step_args
         self._first = first_of_window
         self._window = window
@@ -143,13 +146,10 @@ class _LoopClosure(Closure):
     def __call__(self, *args: Any, **kwargs: Any) -> Tensor | None:
         if not torch.is_grad_enabled():  # an optimizer's step that calls the closure under no_grad
             with torch.enable_grad():
-                return self._run()
-        return self._run()
-
-    def _run(self) -> Tensor | None:
+                return self()
         loop = self._loop
         strategy = loop.context.strategy
-        optimizer = strategy.optimizers[self._idx]
+        optimizer = self._optimizer
         output = strategy.training_step(*self._step_args)
         if loop.post_step:
             strategy.post_training_step()
@@ -307,9 +307,11 @@ class AutomaticOptimization:
         context = self.context
         strategy, progress = context.strategy, context.progress
         step_args = (batch, batch_idx, idx) if self.pass_optimizer_idx else (batch, batch_idx)
+        optimizer = strategy.optimizers[idx]
         closure = _LoopClosure(
-            self, idx, step_args, first_of_window, window, returns_read=not (accumulate or self._inline_step)
-        )
+            self, idx, optimizer, step_args, first_of_window, window,
+            returns_read=not (accumulate or self._inline_step),
+        )  # fmt: skip
         if accumulate:
             # not the last batch of the window: no step, and no gradient sync across processes
             with strategy.block_backward_sync():
@@ -318,7 +320,7 @@ class AutomaticOptimization:
             if self._inline_step:
                 # the default optimizer_step: LightningOptimizer.step, whose own step hooks only count
                 # manual-optimization steps
-                strategy.optimizer_step(strategy.optimizers[idx], closure)
+                strategy.optimizer_step(optimizer, closure)
             else:
                 context.hooks.call_module_idx(
                     "optimizer_step", functools.partial(int, idx), progress.current_epoch, batch_idx,
