@@ -193,7 +193,7 @@ class Precision(CheckpointHooks):
     ) -> Any:
         """Step ``optimizer``; ``after_closure`` (hooks, clipping) runs between backward and the step."""
         first = _CLOSURE_FIRST.get(type(optimizer))
-        if first or (first is None and _closure_runs_first(optimizer)):
+        if first or (first is None and closure_runs_first(optimizer)):
             # what optimizer.step(closure) would do, without its closure plumbing (grad mode switches
             # and a frame per call: about 2% of a small model's step)
             result = closure()
@@ -416,7 +416,7 @@ class MixedPrecision(Precision):
 _CLOSURE_FIRST: dict[type, bool] = {}
 
 
-def _closure_runs_first(optimizer: Optimizer) -> bool:
+def closure_runs_first(optimizer: Optimizer) -> bool:
     """Whether ``optimizer.step(closure)`` just calls the closure once before stepping: true of torch's own
     optimizers except LBFGS. Others (LBFGS, SAM-like optimizers of other libraries) get the closure."""
     cls = type(optimizer)

@@ -63,6 +63,7 @@ class TrainingEpochLoop:
         self._batch_hooks = True
         self._strategy_batch_start = False  # the strategy overrides on_train_batch_start
         self._automatic = True
+        self._plain_steps = False  # this epoch's batches run straight through (AutomaticOptimization.plain_steps)
         self._validates = True  # validation can run in this fit at all (else no per-batch schedule check)
         self.validation_interrupted = False  # a signal stopped this batch's validation: it is still to run
 
@@ -119,7 +120,8 @@ class TrainingEpochLoop:
     def done(self) -> bool:
         context = self.context
         progress = context.progress
-        if max_steps_reached(progress.global_step, context.config.max_steps):
+        max_steps = context.config.max_steps
+        if max_steps != -1 and progress.global_step >= max_steps:  # max_steps_reached, inline: read per batch
             return True
         if progress.batch_idx == context.batches.train or self._is_last_batch:  # all batches ran
             return True
@@ -168,6 +170,7 @@ class TrainingEpochLoop:
         self._validates = self.context.data.validation_enabled(load=False)
         self.automatic.plan()
         self.automatic.outputs_unread = not (self._batch_hooks or self._collect_outputs)
+        self._plain_steps = self._automatic and self.automatic.plain_steps()
         self.manual.count_steps(manual=not self._automatic)
 
     # -- run -------------------------------------------------------------------------------------------
@@ -239,7 +242,10 @@ class TrainingEpochLoop:
         window.pos += 1
         window.done = window.pos >= window.size or progress.batch_idx == context.batches.train or self._is_last_batch
         accumulate = not window.done
-        if self._automatic:
+        if self._plain_steps:  # the batch straight through: see AutomaticOptimization.plain_steps
+            self.automatic.run_plain(batch, batch_idx)
+            outputs = None
+        elif self._automatic:
             outputs = self.automatic.run(batch, batch_idx, accumulate, window.pos == 1, window.size)
         else:
             outputs = self.manual.run(batch, batch_idx)

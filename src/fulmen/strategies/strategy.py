@@ -495,6 +495,26 @@ class Strategy:
             and hooks.defaults_only("on_before_optimizer_step", "configure_gradient_clipping"),
         )  # fmt: skip
 
+    def runs_plain_steps(self) -> bool:
+        """Whether a training batch may run straight through (the module's ``training_step``, then the
+        optimizer's ``zero_grad``, ``backward`` and ``step``, as a hand-written loop does) with nothing of this
+        strategy's or its precision's in between: their ``training_step``, ``backward`` and ``optimizer_step``
+        are the base class's (not overridden, not patched), with the default hooks, no step context, no scaled
+        loss and nothing to run between backward and the step. The training loop asks once per epoch."""
+        hooks = self._hooks
+        if hooks is None or self._lightning_module is None:
+            return False
+        strategy, precision = type(self), type(self.precision_plugin)
+        plan = self._current_plan(hooks)
+        return (
+            (strategy.training_step, strategy.backward, strategy.optimizer_step) == _PLAIN_STEP_METHODS
+            and not {"training_step", "backward", "optimizer_step"} & self.__dict__.keys()
+            and precision._optimizer_step is _PLAIN_PRECISION_STEP
+            and plan.plain_forward and plan.inline_backward and plan.plain_backward
+            and not (plan.strategy_pre_backward or plan.strategy_post_backward)
+            and plan.own_precision_step and plan.nothing_after_closure
+        )  # fmt: skip
+
     # -- data ------------------------------------------------------------------------------------------
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
         hooks = self._hooks
@@ -702,6 +722,11 @@ class Strategy:
 _NO_SYNC_TO_BLOCK = contextlib.nullcontext()
 
 # the precision's context each step runs in
+# the methods a straight-through step stands for (runs_plain_steps), as defined here: a subclass's override or
+# a patch of the class (tests patch them to watch the calls) makes the steps go through them
+_PLAIN_STEP_METHODS = (Strategy.training_step, Strategy.backward, Strategy.optimizer_step)
+_PLAIN_PRECISION_STEP = Precision._optimizer_step
+
 _STEP_CONTEXTS = {"training_step": "train_step_context", "validation_step": "val_step_context",
                   "test_step": "test_step_context", "predict_step": "predict_step_context"}  # fmt: skip
 

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from fulmen.loops.optimization.closure import CLOSURE_NOT_RUN, AbstractClosure, OutputResult
 from fulmen.loops.progress import OptimizationProgress
+from fulmen.precision import closure_runs_first
 from fulmen.runtime.hooks import training_step_takes_optimizer_idx
 from fulmen.utilities.exceptions import MisconfigurationException, UnsupportedSetupError
 from fulmen.utilities.rank_zero import WarningCache
@@ -124,6 +125,9 @@ class Closure(AbstractClosure[ClosureResult]):
         return result.loss
 
 
+_NOT_RUN = object()  # a closure's training_step output before it ran
+
+
 class _LoopClosure(Closure):
     """The fit loop's closure for one optimizer on one batch: training_step, zero_grad on the window's first
     batch, backward. Optimizers like LBFGS call it several times; the last call's result is what the batch
@@ -132,7 +136,7 @@ class _LoopClosure(Closure):
 
     def __init__(
         self, loop: AutomaticOptimization, idx: int, optimizer: Optimizer, step_args: tuple[Any, ...],
-        first_of_window: bool, window: int, returns_read: bool = True,
+        first_of_window: bool, window: int, returns_read: bool = True, output: Any = _NOT_RUN,
     ) -> None:  # fmt: skip
         self._result: ClosureResult | Tensor | None = None  # type: ignore[assignment]
         self._loop = loop
@@ -142,6 +146,7 @@ class _LoopClosure(Closure):
         self._step_args = step_args
         self._first = first_of_window
         self._window = window
+        self._output = output  # training_step's output when it already ran (a straight-through step's)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Tensor | None:
         if not torch.is_grad_enabled():  # an optimizer's step that calls the closure under no_grad
@@ -150,7 +155,9 @@ class _LoopClosure(Closure):
         loop = self._loop
         strategy = loop.context.strategy
         optimizer = self._optimizer
-        output = strategy.training_step(*self._step_args)
+        output, self._output = self._output, _NOT_RUN
+        if output is _NOT_RUN:
+            output = strategy.training_step(*self._step_args)
         if loop.post_step:
             strategy.post_training_step()
         if type(output) is Tensor:  # the common case: no result object to build (its detached loss is made
@@ -226,6 +233,7 @@ class AutomaticOptimization:
         self._inline_step = False
         self.post_step = False  # the strategy overrides post_training_step (set by the epoch loop's plan)
         self.outputs_unread = False  # set by the epoch loop: no hook or 1.x epoch end reads batch outputs
+        self._plain_optimizer: Optimizer | None = None  # the optimizer of a straight-through step (plain_steps)
 
     @property
     def optim_progress(self) -> OptimizationProgress:
@@ -267,6 +275,41 @@ class AutomaticOptimization:
                 return [idx]
         raise AssertionError("unreachable: place < sum(frequencies)")
 
+    def plain_steps(self) -> bool:
+        """Whether this epoch's batches may run straight through (:meth:`run_plain`): one optimizer, which calls
+        a closure first thing (torch's own but LBFGS), no accumulation, the default ``optimizer_step`` and
+        ``optimizer_zero_grad``, no reader of the batch outputs, and a strategy that adds nothing to the steps
+        (``Strategy.runs_plain_steps``). Set by the epoch loop's plan, after ``outputs_unread``."""
+        context = self.context
+        strategy = context.strategy
+        plain = (
+            len(strategy.optimizers) == 1 and not self.pass_optimizer_idx and not self.post_step
+            and self.outputs_unread and self._inline_step and self._inline_zero_grad
+            and context.accumulate_grad_batches == 1 and closure_runs_first(strategy.optimizers[0])
+            and strategy.runs_plain_steps()
+        )  # fmt: skip
+        self._plain_optimizer = strategy.optimizers[0] if plain else None
+        return plain
+
+    def run_plain(self, batch: Any, batch_idx: int) -> None:
+        """One batch as a hand-written loop runs it: training_step, zero_grad, backward, step. Only where
+        :meth:`plain_steps` said so: the general path (:meth:`run`) then does the same, through its closure,
+        the strategy and the precision plugin (tests/loops/test_plain_step.py compares the two). A training_step
+        that returns anything but a loss tensor (a dict, None to skip) goes on along the general path."""
+        optimizer = self._plain_optimizer
+        if optimizer is None or not torch.is_grad_enabled():  # the closure switches grad mode on itself
+            self.run(batch, batch_idx, False, True, 1)
+            return
+        context = self.context
+        loss = context.hooks.call_module("training_step", batch, batch_idx)
+        if type(loss) is not Tensor:
+            self._run_one(0, batch, batch_idx, False, True, 1, outputs=False, output=loss)
+            return
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        context.progress.global_step += 1
+
     def run(self, batch: Any, batch_idx: int, accumulate: bool, first_of_window: bool, window: int) -> Any:
         """Optimize on one batch; returns its output (one optimizer) or a list with one entry per optimizer
         (None for optimizers that do not run on this batch). Without a reader of the outputs (see ``plan``)
@@ -302,7 +345,7 @@ class AutomaticOptimization:
 
     def _run_one(
         self, idx: int, batch: Any, batch_idx: int, accumulate: bool, first_of_window: bool, window: int,
-        outputs: bool = True,
+        outputs: bool = True, output: Any = _NOT_RUN,
     ) -> dict[str, Any]:  # fmt: skip
         context = self.context
         strategy, progress = context.strategy, context.progress
@@ -310,7 +353,7 @@ class AutomaticOptimization:
         optimizer = strategy.optimizers[idx]
         closure = _LoopClosure(
             self, idx, optimizer, step_args, first_of_window, window,
-            returns_read=not (accumulate or self._inline_step),
+            returns_read=not (accumulate or self._inline_step), output=output,
         )  # fmt: skip
         if accumulate:
             # not the last batch of the window: no step, and no gradient sync across processes
