@@ -18,6 +18,7 @@ from fulmen.overrides.distributed import (
     UnrepeatedDistributedSamplerWrapper,
     prepare_for_backward,
 )
+from tests import gloo
 from tests.parity import oracle
 
 
@@ -114,7 +115,7 @@ def one_process_group():
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     yield
-    dist.destroy_process_group()
+    gloo.destroy_process_group()
 
 
 def _counting_ddp(**kwargs) -> tuple[DistributedDataParallel, list[int]]:

@@ -14,6 +14,7 @@ import fulmen
 from fulmen.demos.boring_classes import BoringModel, RandomDataset
 from fulmen.plugins import LayerSync, TorchSyncBatchNorm
 from fulmen.utilities.exceptions import MisconfigurationException
+from tests import gloo
 from tests.parity import oracle
 
 
@@ -177,8 +178,7 @@ def one_process_group(monkeypatch):
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():  # fmt: skip
         monkeypatch.setenv(key, value)
     yield
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    gloo.destroy_process_group()
 
 
 def test_a_layer_sync_of_your_own_is_applied_for_the_fit_and_reverted(one_process_group, tmp_path):

@@ -22,6 +22,7 @@ from fulmen.plugins import (
 from fulmen.plugins.precision.double import LightningDoublePrecisionModule
 from fulmen.precision import HalfPrecision, MixedPrecision, Precision
 from fulmen.utilities.exceptions import MisconfigurationException
+from tests import gloo
 from tests.parity import oracle
 
 
@@ -89,8 +90,7 @@ def one_process_group(monkeypatch):
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():  # fmt: skip
         monkeypatch.setenv(key, value)
     yield
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    gloo.destroy_process_group()
 
 
 def _fsdp_fit(tmp_path, strategy, **kwargs):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import fulmen
-from tests import prefetch
+from tests import gloo, prefetch
 from tests.parity import oracle
 from tests.strategies.ddp_model import CASES, GAN, Model, gan_loader, loader
 
@@ -577,4 +577,4 @@ def test_sync_batchnorm(monkeypatch):
             strategy.setup()
         assert type(model.net[1]) is torch.nn.SyncBatchNorm
     finally:
-        torch.distributed.destroy_process_group()
+        gloo.destroy_process_group()
