@@ -31,13 +31,13 @@ def _run_slice(first: int, count: int) -> None:
 
 @oracle.parity
 def test_random_runs_behave_as_under_lightning():
-    _run_slice(0, 8)
+    _run_slice(0, 4)  # the fast tier's share; the slow tier runs the next 44
 
 
 @pytest.mark.slow
 @oracle.parity
 def test_more_random_runs_behave_as_under_lightning():
-    _run_slice(8, 40)
+    _run_slice(4, 44)
 
 
 def test_the_comparison_sees_each_kind_of_difference():
