@@ -196,3 +196,21 @@ def test_the_default_logger_is_named_after_the_slurm_job(tmp_path, monkeypatch, 
         logger = framework(name).Trainer(default_root_dir=tmp_path / name).logger
         assert (type(logger).__name__, logger.version) == ("TensorBoardLogger", version)
         assert logger.log_dir == str(tmp_path / name / "lightning_logs" / f"version_{version}")
+
+
+def test_reading_the_experiment_after_the_run_opens_no_new_event_file(tmp_path):
+    """As in Lightning, the writer closed at the end of the run stays the logger's: reading `logger.experiment`
+    afterwards (to check its type, say) does not start a second event file (one more second has passed, so a
+    new file would get a new name)."""
+    pytest.importorskip("tensorboard", reason="the test extras install tensorboard")
+    import time
+
+    from fulmen.demos.boring_classes import BoringModel
+
+    trainer = fulmen.Trainer(default_root_dir=tmp_path, max_steps=2, limit_val_batches=0, enable_progress_bar=False,
+                             enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+    trainer.fit(BoringModel())
+    time.sleep(1.1)
+    assert trainer.logger.experiment is not None
+    events = [f for _, _, files in os.walk(tmp_path) for f in files if f.startswith("events.out")]
+    assert len(events) == 1, events

@@ -219,7 +219,11 @@ class TensorBoardLogger(Logger):
         if self._experiment is not None:
             self._experiment.flush()
             self._experiment.close()
-            self._experiment = None
+            if self._staging is not None:
+                # a remote save_dir: the staged files are uploaded now and the staging goes; a later use makes
+                # a new writer (and staging). Locally the closed writer stays, as in Lightning: reading
+                # `logger.experiment` after the run opens no new event file (logging with it again does)
+                self._experiment = None
             self._upload()
         self.save()
         if self._staging is not None:
