@@ -394,6 +394,9 @@ class ParallelStrategy(Strategy):
         if hasattr(exception, "add_note"):  # Python >= 3.11
             exception.add_note(f"(raised on {where}{'; ' + hint if hint else ''})")
         if dist.is_initialized():
+            # gloo's workers first release the tensors of the last collectives (which takes the GIL): on older
+            # torch (2.7 for one) destroying the group while one still does deadlocked this process
+            _wait_until_idle("pt_gloo_runloop")
             dist.destroy_process_group()
 
     # -- collectives ------------------------------------------------------------------------------------
