@@ -469,8 +469,7 @@ class Strategy:
     def _current_plan(self, hooks: HookDispatcher) -> _StepPlan:
         """The step plan for ``hooks`` as they are now: the cached one, or a new one when the dispatcher was
         reset since (a new run, new callbacks or module). The hot loop reads the plan's fields instead of
-        asking the dispatcher at every step (the per-step callers test the cached one inline first: a call
-        less each)."""
+        asking the dispatcher at every step."""
         plan = self._plan
         if plan is None or plan.generation != hooks.generation:
             plan = self._plan = self._step_plan(hooks)
@@ -522,9 +521,7 @@ class Strategy:
         if hooks is None or self._lightning_module is None:
             batch = move_data_to_device(batch, device)
             return self.precision_plugin.convert_input(batch)
-        plan = self._plan
-        if plan is None or plan.generation != hooks.generation:
-            plan = self._current_plan(hooks)
+        plan = self._current_plan(hooks)
         if plan.default_transfer:
             batch = move_data_to_device(batch, device)
         else:
@@ -591,9 +588,7 @@ class Strategy:
         :meth:`post_backward`. Returns the loss back-propagated (detached, as ``post_backward`` returns it)."""
         hooks = self._hooks
         assert hooks is not None
-        plan = self._plan
-        if plan is None or plan.generation != hooks.generation:
-            plan = self._current_plan(hooks)
+        plan = self._current_plan(hooks)
         if plan.inline_backward and not args and not kwargs:  # the default hooks, inline
             if plan.strategy_pre_backward:
                 self.pre_backward(closure_loss)
@@ -633,9 +628,7 @@ class Strategy:
         precision = self.precision_plugin
         if hooks is None:
             return precision._optimizer_step(optimizer, closure, None, **kwargs)
-        plan = self._plan
-        if plan is None or plan.generation != hooks.generation:
-            plan = self._current_plan(hooks)
+        plan = self._current_plan(hooks)
         if not plan.own_precision_step:  # a subclass's optimizer_step: called as Lightning calls it
             model = model if model is not None else self._lightning_module
             return precision.optimizer_step(optimizer, model=model, closure=closure, **kwargs)
@@ -721,12 +714,12 @@ class Strategy:
 
 _NO_SYNC_TO_BLOCK = contextlib.nullcontext()
 
-# the precision's context each step runs in
 # the methods a straight-through step stands for (runs_plain_steps), as defined here: a subclass's override or
 # a patch of the class (tests patch them to watch the calls) makes the steps go through them
 _PLAIN_STEP_METHODS = (Strategy.training_step, Strategy.backward, Strategy.optimizer_step)
 _PLAIN_PRECISION_STEP = Precision._optimizer_step
 
+# the precision's context each step runs in
 _STEP_CONTEXTS = {"training_step": "train_step_context", "validation_step": "val_step_context",
                   "test_step": "test_step_context", "predict_step": "predict_step_context"}  # fmt: skip
 

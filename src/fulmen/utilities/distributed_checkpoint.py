@@ -350,4 +350,3 @@ def load_consolidated(path: str | os.PathLike[str], weights_only: bool | None = 
     if count:
         checkpoint["optimizer_states"] = [optimizer_state_by_position(tensors[optimizer_key(i)]) for i in range(count)]
     return checkpoint
-

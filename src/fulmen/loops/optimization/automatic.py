@@ -297,7 +297,8 @@ class AutomaticOptimization:
         the strategy and the precision plugin (tests/loops/test_plain_step.py compares the two). A training_step
         that returns anything but a loss tensor (a dict, None to skip) goes on along the general path."""
         optimizer = self._plain_optimizer
-        if optimizer is None or not torch.is_grad_enabled():  # the closure switches grad mode on itself
+        assert optimizer is not None, "plain_steps() said no"
+        if not torch.is_grad_enabled():  # the closure switches grad mode on itself
             self.run(batch, batch_idx, False, True, 1)
             return
         context = self.context
