@@ -52,7 +52,7 @@ from torch import nn
 
 import fulmen
 from fulmen.plugins import MixedPrecision
-from fulmen.utilities.data import InMemoryDataLoader
+from fulmen.utilities.in_memory import InMemoryDataLoader
 
 RESULTS: list[tuple[str, str, str]] = []  # check, outcome, detail
 

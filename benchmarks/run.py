@@ -326,7 +326,7 @@ def epoch(loader: Any) -> Callable[[], float]:
 def bench_loader(repeats: int) -> None:
     from sklearn.datasets import load_digits
 
-    from fulmen.utilities.data import InMemoryDataLoader
+    from fulmen.utilities.in_memory import InMemoryDataLoader
 
     x, y = load_digits(return_X_y=True)
     data = TensorDataset(torch.tensor(x, dtype=torch.float32), torch.tensor(y))

@@ -8,8 +8,8 @@
 import logging
 
 from fulmen import _removed_paths
-from fulmen.callbacks.callback import Callback
 from fulmen.core.datamodule import LightningDataModule
+from fulmen.core.hooks import Callback
 from fulmen.core.module import LightningModule
 from fulmen.trainer.trainer import Trainer
 from fulmen.utilities.seed import seed_everything

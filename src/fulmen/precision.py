@@ -76,6 +76,12 @@ class Precision(CheckpointHooks):
     # backward, post_backward and optimizer_step are called through its dispatcher; None outside a run
     _strategy: Any = None
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the model's matrix products compute in: what ``ThroughputMonitor`` looks the device's peak
+        FLOPs up for (float32 here; each precision that computes in another says so)."""
+        return torch.float32
+
     def __getstate__(self) -> dict[str, Any]:
         # the strategy travels on its own (a ddp_spawn worker's run links it again in connect_run)
         state = dict(self.__dict__)
@@ -265,6 +271,11 @@ class DoublePrecision(Precision):
     name = "64-true"
     dtype = torch.float64
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """``dtype``: this precision's matrix products run in it."""
+        return self.dtype
+
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         # floating-point tensors only: `module.to(dtype)` would also cast complex buffers to a real dtype and
         # drop their imaginary part
@@ -307,6 +318,11 @@ class MixedPrecision(Precision):
     With a GradScaler, gradients are unscaled before ``on_before_optimizer_step`` and clipping, so clip
     values mean the same as in full precision, and steps with inf/NaN gradients are skipped.
     """
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """``dtype``: this precision's matrix products run in it."""
+        return self.dtype
 
     def __init__(self, precision: str | int, device: str, scaler: torch.amp.GradScaler | None = None) -> None:
         precision = {16: "16-mixed", "16": "16-mixed", "bf16": "bf16-mixed"}.get(precision, precision)  # 1.x

@@ -19,6 +19,7 @@ that defines or imports that name.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -129,9 +130,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_is_read():
     """The walk sees real edges (a broken walk would make the tests below pass vacuously)."""
-    assert "fulmen.runtime.state" in GRAPH["fulmen.loops.fit"]
+    assert "fulmen.runtime.state" in GRAPH["fulmen.loops.fit_loop"]
     assert "fulmen.loops" in GRAPH["fulmen.trainer.checkpointing"]  # `from fulmen.loops import resume`: the package
-    assert "fulmen.trainer.config" not in GRAPH["fulmen.runtime.context"]  # TYPE_CHECKING only
+    assert "fulmen.trainer.flags" not in GRAPH["fulmen.runtime.context"]  # TYPE_CHECKING only
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -139,39 +140,190 @@ def test_no_import_cycles():
     assert _cycles(GRAPH) == []
 
 
-# what each layer may not import at import time (the layers above it)
-_ABOVE = {
-    "fulmen.utilities": ("fulmen.core", "fulmen.runtime", "fulmen.strategies", "fulmen.loops", "fulmen.trainer",
-                         "fulmen.callbacks", "fulmen.loggers", "fulmen.tuner", "fulmen.precision"),
-    "fulmen.core": ("fulmen.runtime", "fulmen.strategies", "fulmen.loops", "fulmen.trainer", "fulmen.tuner"),
-    "fulmen.precision": ("fulmen.runtime", "fulmen.strategies", "fulmen.loops", "fulmen.trainer", "fulmen.tuner"),
-    "fulmen.runtime": ("fulmen.strategies", "fulmen.loops", "fulmen.trainer", "fulmen.tuner", "fulmen.loggers",
-                       "fulmen.callbacks"),
-    "fulmen.strategies": ("fulmen.runtime", "fulmen.loops", "fulmen.trainer", "fulmen.callbacks", "fulmen.tuner"),
-    "fulmen.loops": ("fulmen.trainer", "fulmen.callbacks", "fulmen.loggers", "fulmen.tuner"),
-    "fulmen.callbacks": ("fulmen.trainer", "fulmen.loops"),
-    "fulmen.tuner": ("fulmen.trainer", "fulmen.loops"),
-    "fulmen.loggers": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime"),
-    # the plugins users pass (precision, checkpoint I/O, cluster environments) read strategies' launcher layout
-    "fulmen.plugins": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime", "fulmen.callbacks", "fulmen.loggers",
-                       "fulmen.tuner"),
-    # the trainer builds profilers from its flag; the dispatcher only calls their start / stop
-    "fulmen.profilers": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime", "fulmen.strategies", "fulmen.core",
+# The layers, top to bottom: a module may import from its own layer and the layers below it, never above, at
+# import time or inside a function. Components (the second row) are what the trainer builds or a user passes;
+# the loops reach them only through the hook dispatcher and the metrics hub.
+LAYERS = (
+    ("fulmen.trainer",),
+    ("fulmen.callbacks", "fulmen.loggers", "fulmen.tuner", "fulmen.serve", "fulmen.profilers"),
+    ("fulmen.loops",),
+    ("fulmen.runtime", "fulmen.strategies"),
+    ("fulmen.precision", "fulmen.plugins", "fulmen.accelerators", "fulmen.overrides"),
+    ("fulmen.core",),
+    ("fulmen.utilities",),
+)
+# Within a layer, what a package may still not import (each line says why). A package not named may import its
+# siblings.
+NEVER = {
+    # the run state is what strategies are handed; the strategies are what the run state drives
+    "fulmen.runtime": ("fulmen.strategies",),
+    "fulmen.strategies": ("fulmen.runtime",),
+    # a component sees a run only through the hooks it is called with
+    "fulmen.callbacks": ("fulmen.loops",),
+    "fulmen.tuner": ("fulmen.loops",),
+    "fulmen.loggers": ("fulmen.loops", "fulmen.runtime", "fulmen.callbacks", "fulmen.tuner"),
+    "fulmen.serve": ("fulmen.loops", "fulmen.runtime", "fulmen.strategies"),
+    "fulmen.profilers": ("fulmen.loops", "fulmen.runtime", "fulmen.strategies", "fulmen.core",
                          "fulmen.callbacks", "fulmen.loggers", "fulmen.tuner"),
-    # serving is a callback: it sees a run only through the hooks it is called with
-    "fulmen.serve": ("fulmen.trainer", "fulmen.loops", "fulmen.runtime", "fulmen.strategies", "fulmen.tuner"),
 }  # fmt: skip
+# The public face and the command line sit above every layer and may import anything: the package itself, the
+# CLI, the demos, the `lightning.pytorch` alias and the names Lightning removed. So may a module that exists only
+# to answer one of Lightning's import paths (its docstring starts with LIGHTNING_PATH_HEADER).
+TOP = ("fulmen.cli", "fulmen.demos", "fulmen.as_lightning", "fulmen._as_lightning_boot", "fulmen._graveyard",
+       "fulmen._removed_paths")  # fmt: skip
+LIGHTNING_PATH_HEADER = "Lightning's import path "  # see test_a_lightning_path_module_names_its_own_path
 
 
-@pytest.mark.parametrize("layer", sorted(_ABOVE))
+def _layer(module: str) -> int | None:
+    return next((i for i, row in enumerate(LAYERS) for package in row if _within(module, package)), None)
+
+
+def _package(module: str) -> str | None:
+    return next((package for row in LAYERS for package in row if _within(module, package)), None)
+
+
+def is_lightning_path(module: str) -> bool:
+    doc = ast.get_docstring(ast.parse(MODULES[module].read_text())) or ""
+    return doc.startswith(LIGHTNING_PATH_HEADER)
+
+
+def _tables(tree: ast.Module) -> set[int]:
+    """The nodes inside ``lazy_aliases`` / ``lazy_exports`` calls (checked by the alias-table tests below) and
+    the docstrings: the strings there name paths, they reach nothing."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name.lstrip("_") in ("lazy_aliases", "lazy_exports"):
+                inside.update(id(n) for n in ast.walk(node))
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                inside.add(id(first.value))
+    return inside
+
+
+_DOTTED = re.compile(r"(?<![\w.])(fulmen(?:\.\w+)+)")
+
+
+def _reaches(module: str) -> list[tuple[int, str]]:
+    """Every fulmen module ``module`` reaches: import statements anywhere (a function's too; ``if
+    TYPE_CHECKING:`` blocks left out) and dotted ``fulmen.x`` strings (what ``importlib`` or a comparison of
+    qualified names would reach), each with its line."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    skip = _tables(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            skip.update(id(n) for statement in node.body for n in ast.walk(statement))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.extend((node.lineno, match) for match in _DOTTED.findall(node.value))
+    return [(line, name) for line, name in found if _within(name, "fulmen")]
+
+
+def _wrong_reach(module: str, target: str) -> str | None:
+    if any(_within(target, top) for top in TOP) or target == "fulmen":
+        return "the top layer"
+    own, theirs = _layer(module), _layer(target)
+    if own is None or theirs is None:
+        return None
+    if theirs < own:
+        return "a layer above"
+    package, other = _package(module), _package(target)
+    if package is not None and other is not None and package != other and other in NEVER.get(package, ()):
+        return f"a package {package} never reaches"
+    return None
+
+
+def test_the_reach_walk_sees_function_imports_and_strings():
+    """Function-level imports and ``fulmen.x`` strings are seen (a broken walk would pass vacuously)."""
+    reached = {name for _, name in _reaches("fulmen.trainer.flag_parsing")}
+    assert any(_within(name, "fulmen.profilers") for name in reached)  # imported inside _profiler()
+    assert _wrong_reach("fulmen.utilities.data", "fulmen.core.module") == "a layer above"
+    assert _wrong_reach("fulmen.core.saving", "fulmen.cli.instantiate") == "the top layer"
+    assert _wrong_reach("fulmen.loggers.csv_logs", "fulmen.callbacks.callback") == "a package fulmen.loggers never reaches"
+    assert _wrong_reach("fulmen.trainer.trainer", "fulmen.callbacks.callback") is None
+
+
+@pytest.mark.parametrize("layer", [package for row in LAYERS for package in row])
 def test_imports_point_one_way(layer):
+    """No exception by name: a module needing something from above gets it moved down, or is handed it."""
     wrong = sorted(
-        f"{module} imports {target}"
-        for module, targets in GRAPH.items()
-        if _within(module, layer)
-        for target in targets
-        if any(_within(target, above) for above in _ABOVE[layer])
+        f"{module}:{line} reaches {target} ({why})"
+        for module in MODULES
+        if _within(module, layer) and not is_lightning_path(module)
+        for line, target in _reaches(module)
+        if (why := _wrong_reach(module, target))
     )
+    assert wrong == []
+
+
+# -- Lightning's module paths -----------------------------------------------------------------------------------
+# Paths Lightning 1.x had and 2.x dropped (fulmen answers both eras); the rest are checked against Lightning itself.
+LIGHTNING_1X_MODULES = ("strategies.ddp_spawn",)
+_HEADER = re.compile(r"Lightning's import path ``(lightning\.pytorch(?:\.\w+)*)``")
+
+
+def _lightning_has(path: str) -> bool:
+    """Whether Lightning (2.x, installed with the test extras; or 1.x, from the list above) has module ``path``
+    (given as fulmen's, without the ``fulmen.`` prefix)."""
+    import importlib.util
+
+    if path in LIGHTNING_1X_MODULES:
+        return True
+    try:
+        return importlib.util.find_spec(f"lightning.pytorch.{path}") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def test_a_lightning_path_module_names_its_own_path():
+    """A module that exists only to answer Lightning's import path says so on its first line, naming that path,
+    and Lightning has it."""
+    pytest.importorskip("lightning")
+    found = [module for module in MODULES if is_lightning_path(module)]
+    assert len(found) > 10  # the walk finds them
+    wrong = []
+    for module in found:
+        doc = ast.get_docstring(ast.parse(MODULES[module].read_text())) or ""
+        match = _HEADER.match(doc)
+        own = module.removeprefix("fulmen.")
+        if match is None or match.group(1) != f"lightning.pytorch.{own}":
+            wrong.append(f"{module}: the header must name ``lightning.pytorch.{own}``")
+        elif not _lightning_has(own):
+            wrong.append(f"{module}: Lightning has no module {match.group(1)}")
+    assert wrong == []
+
+
+def test_no_two_files_in_a_folder_differ_only_by_a_suffix():
+    """``fit.py`` beside ``fit_loop.py`` leaves a reader guessing which holds the code: fulmen's own modules take
+    names no other in their folder begins with. Only where Lightning itself has both names do both stay."""
+    pytest.importorskip("lightning")
+    wrong = []
+    for folder in sorted({path.parent for path in MODULES.values()}):
+        names = sorted({p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+                       | {p.name for p in folder.iterdir() if (p / "__init__.py").exists()})  # fmt: skip
+        prefix = ".".join(folder.relative_to(ROOT).parts)
+        for short in names:
+            for long in names:
+                if long != short and long.startswith(short):
+                    paths = [f"{prefix}.{n}" if prefix else n for n in (short, long)]
+                    if not all(_lightning_has(path) for path in paths):
+                        wrong.append(f"{folder.relative_to(ROOT)}: {short} / {long}")
     assert wrong == []
 
 
@@ -308,7 +460,7 @@ def _global_reads(tree: ast.Module, name: str) -> list[int]:
 
 def test_the_alias_tables_are_read():
     """The walk sees the tables (a broken walk would make the test below pass vacuously), and its rule works."""
-    assert TABLES["fulmen.core.module"][1]["Callback"] == "fulmen.callbacks.callback.Callback"
+    assert TABLES["fulmen.core.module"][1]["Callback"] == "fulmen.core.hooks.Callback"
     assert "is_overridden" in TABLES["fulmen.trainer.trainer"][1]  # a table written in another module
     source = "import x\nfrom y import z\ndef f():\n    from y import Callback\n    return Callback\ndef g(a: Callback):\n    return Callback\n"
     assert _global_reads(ast.parse(source), "Callback") == [7]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from fulmen.loops.fetcher import PrefetchIterator, fetches_lazily
+from fulmen.loops.fetchers import PrefetchIterator, fetches_lazily
 
 
 class Counting(Dataset):

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset, Sampler
 import fulmen
 from fulmen.callbacks import ModelCheckpoint, OnExceptionCheckpoint
 from fulmen.demos.boring_classes import BoringModel, RandomDataset
-from fulmen.loops.fetcher import PrefetchIterator
+from fulmen.loops.fetchers import PrefetchIterator
 from fulmen.loops.loader_state import data_parts
 
 SAMPLES, BATCH = 40, 4  # 10 batches an epoch

@@ -269,7 +269,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_fsdp_sharded_checkpoints_written_in_the_background_resume_like_synchronous_ones(tmp_path):
+def test_fsdp_checkpoint_shardss_written_in_the_background_resume_like_synchronous_ones(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "src")]), OMP_NUM_THREADS="1",
                PYTHONWARNINGS="ignore")  # fmt: skip
     for key in [k for k in env if k.startswith("SLURM_")] + ["RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT"]:

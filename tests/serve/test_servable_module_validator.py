@@ -134,3 +134,26 @@ def test_signatures_and_the_servable_api_are_lightnings():
         assert list(inspect.signature(getattr(ServableModule, name)).parameters) == list(
             inspect.signature(getattr(LServable, name)).parameters
         )
+
+
+@pytest.mark.parametrize(
+    ("strategy", "refused"),
+    [("SingleDeviceStrategy", False), ("DDPStrategy", False), ("FSDPStrategy", True),
+     ("ModelParallelStrategy", True), ("DeepSpeedStrategy", True)],
+)  # fmt: skip
+def test_a_model_split_over_processes_is_not_served(strategy, refused):
+    """The check asks the strategy (``shards_the_model``); no one process of FSDP, model parallelism or DeepSpeed
+    holds the whole model to serve."""
+    from types import SimpleNamespace
+
+    import fulmen.strategies as strategies
+
+    cls = getattr(strategies, strategy)
+    assert cls.shards_the_model is refused
+    trainer = SimpleNamespace(strategy=SimpleNamespace(shards_the_model=cls.shards_the_model))
+    validator = ServableModuleValidator(port=_free_port())
+    if refused:
+        with pytest.raises(MisconfigurationException, match="sharded across processes"):
+            validator._check_servable(trainer, Served())
+    else:
+        validator._check_servable(trainer, Served())

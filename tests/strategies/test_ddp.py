@@ -493,7 +493,7 @@ def test_slurm_environment_is_read(monkeypatch):
     """srun's variables give the ranks and the rendezvous (first host of the node list, a port from the job
     id); a mismatch with devices x num_nodes names the #SBATCH line that fixes it."""
     from fulmen.strategies.ddp import DDPStrategy
-    from fulmen.strategies.environment import detect, first_host
+    from fulmen.utilities.cluster_layout import detect, first_host
     from fulmen.utilities.exceptions import MisconfigurationException
 
     assert first_host("gpu[03-05,9],cpu1") == "gpu03"
@@ -529,7 +529,7 @@ def test_slurm_environment_is_read(monkeypatch):
 
 def test_a_failing_rank_says_which_it_is_and_what_to_do(capsys, monkeypatch):
     from fulmen.strategies.ddp import DDPStrategy
-    from fulmen.strategies.environment import detect
+    from fulmen.utilities.cluster_layout import detect
 
     _clear_launcher_env(monkeypatch)
     for key, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}.items():
@@ -551,7 +551,7 @@ def test_sync_batchnorm(monkeypatch):
     a no-op warning with one process."""
     from fulmen.accelerators import CPUAccelerator
     from fulmen.strategies.ddp import DDPStrategy
-    from fulmen.strategies.environment import detect
+    from fulmen.utilities.cluster_layout import detect
     from fulmen.utilities.exceptions import MisconfigurationException
 
     _clear_launcher_env(monkeypatch)

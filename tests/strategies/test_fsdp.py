@@ -210,7 +210,7 @@ def test_batch_size_finder_agrees_across_ranks_before_an_fsdp_fit(runs):
 
 
 @pytest.mark.slow
-def test_sharded_checkpoint_resumes_exactly_on_the_same_processes(runs):
+def test_checkpoint_shards_resumes_exactly_on_the_same_processes(runs):
     for rank in (0, 1):
         main = runs["main"][rank]
         _close(main["sharded_resumed"]["weights"], main["uninterrupted"]["weights"], atol=0)
@@ -288,7 +288,7 @@ def test_resume_mid_epoch_on_another_number_of_processes(runs, strategy, process
 
 
 @pytest.mark.slow
-def test_one_process_sharded_checkpoint_resumes_on_two(runs):
+def test_one_process_checkpoint_shards_resumes_on_two(runs):
     """1 -> 2: the one-process FSDP run (a DistributedSampler of one share) trains as the two-process one, and
     its mid-epoch sharded checkpoint resumes on two processes to the same weights."""
     one_process = runs["1"][0]["one_process"]["weights"]
@@ -306,7 +306,7 @@ def test_a_different_global_batch_is_refused_before_training(runs):
 
 
 @pytest.mark.slow
-def test_two_process_sharded_checkpoint_loads_on_one_plain_process(runs):
+def test_two_process_checkpoint_shards_loads_on_one_plain_process(runs):
     """2 -> 1 without any process group: the single-device strategy reads the directory whole, and the plain
     process keeps the two-process run's order for the next epoch too (its own loader would shuffle by itself)."""
     path = runs["two"][0]

@@ -132,7 +132,7 @@ def _write_sharded(path, meta, tensors):
     checkpoint_io.save(meta, os.path.join(path, distributed_checkpoint.META_FILE))
 
 
-def _sharded_checkpoint(tmp_path):
+def _checkpoint_shards(tmp_path):
     model = nn.Linear(3, 2)
     optimizer = torch.optim.Adam(model.parameters())
     model(torch.randn(4, 3)).sum().backward()
@@ -162,7 +162,7 @@ def test_optimizer_states_by_position_and_by_name_round_trip():
 
 
 def test_consolidate_writes_one_ordinary_checkpoint(tmp_path, capsys):
-    path, model, positional = _sharded_checkpoint(tmp_path)
+    path, model, positional = _checkpoint_shards(tmp_path)
     fulmen.cli.main(["consolidate", str(path), str(tmp_path / "out.ckpt")])
     assert "2 tensors of the model, 1 optimizer state(s)" in capsys.readouterr().out
     checkpoint = torch.load(tmp_path / "out.ckpt", weights_only=True)
@@ -176,8 +176,8 @@ def test_consolidate_writes_one_ordinary_checkpoint(tmp_path, capsys):
         distributed_checkpoint.consolidate(tmp_path / "out.ckpt", tmp_path / "again.ckpt")
 
 
-def test_a_plain_process_reads_a_sharded_checkpoint_whole(tmp_path):
-    path, model, _ = _sharded_checkpoint(tmp_path)
+def test_a_plain_process_reads_a_checkpoint_shards_whole(tmp_path):
+    path, model, _ = _checkpoint_shards(tmp_path)
     checkpoint = fulmen.strategies.SingleDeviceStrategy().load_checkpoint(str(path))
     assert all(torch.equal(checkpoint["state_dict"][k], v) for k, v in model.state_dict().items())
 
@@ -189,7 +189,7 @@ class Normalizer:
         self.scale = scale
 
 
-def test_a_sharded_checkpoint_whose_hyperparameters_hold_objects_loads_when_trusted(tmp_path, capsys):
+def test_a_checkpoint_shards_whose_hyperparameters_hold_objects_loads_when_trusted(tmp_path, capsys):
     """Its training state is read as a file checkpoint is: refused by default, naming the class; loaded with
     weights_only=False (load_consolidated, a strategy's load_checkpoint, `fulmen consolidate --no-weights-only`)."""
     model = nn.Linear(3, 2)
@@ -215,7 +215,7 @@ class _Payload:
         return (os.system, ("echo unsafe",))
 
 
-def test_reading_a_sharded_checkpoint_runs_no_code(tmp_path):
+def test_reading_a_checkpoint_shards_runs_no_code(tmp_path):
     """A pickled entry that would call a function is refused (weights_only unpickling), as for files."""
     path = tmp_path / "evil.ckpt"
     _write_sharded(path, {"global_step": 0}, {"model": {"w": torch.zeros(2)}, "extra": _Payload()})
@@ -244,7 +244,7 @@ def test_a_sharded_save_to_a_remote_url_is_refused_not_written_locally(tmp_path,
 def test_a_replacement_cut_between_its_renames_is_repaired(tmp_path):
     """A kill between moving the old directory aside and moving the new one in: the old comes back under its
     name when the directory is next listed for `last`, and an unfinished `.partial` is never picked."""
-    path, _, _ = _sharded_checkpoint(tmp_path)
+    path, _, _ = _checkpoint_shards(tmp_path)
     last = tmp_path / "last.ckpt"
     os.rename(path, tmp_path / ".last.ckpt.replaced")
     os.makedirs(tmp_path / ".last.ckpt.partial")  # the new one, never finished

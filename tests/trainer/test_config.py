@@ -1,4 +1,4 @@
-"""``trainer/config.py``: every flag parsed and validated once, into a frozen ``TrainerConfig``."""
+"""``trainer/flags.py``: every flag parsed and validated once, into a frozen ``TrainerConfig``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 import fulmen
 from fulmen.plugins import MixedPrecision
-from fulmen.trainer.config import TrainerConfig, parse_flags
+from fulmen.trainer.flags import TrainerConfig, parse_flags
 from fulmen.utilities.exceptions import MisconfigurationException
 
 DEFAULTS = {name: p.default for name, p in inspect.signature(fulmen.Trainer.__init__).parameters.items()

@@ -35,9 +35,9 @@ def test_the_modules_re_export_fulmen_objects_not_copies():
     from fulmen.trainer import (
         call,
         checkpointing,
-        config,
         configuration_validator,
         connectors,
+        flags,
         runner,
         setup,
         signals,
@@ -55,7 +55,7 @@ def test_the_modules_re_export_fulmen_objects_not_copies():
 
     assert call.HookDispatcher is hooks.HookDispatcher and call.StageRunner is runner.StageRunner
     assert configuration_validator.is_overridden is model_helpers.is_overridden
-    assert setup.parse_flags is config.parse_flags
+    assert setup.parse_flags is flags.parse_flags
     assert accelerator_connector.select_accelerator is accelerators.select_accelerator
     assert accelerator_connector.select_strategy is factory.select_strategy
     assert accelerator_connector.select_precision is precision.select_precision

@@ -14,7 +14,7 @@ import torch
 
 from fulmen.utilities import consolidate_checkpoint
 from tests.parity import oracle
-from tests.strategies.test_fsdp_arguments import _sharded_checkpoint
+from tests.strategies.test_fsdp_arguments import _checkpoint_shards
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
@@ -35,20 +35,20 @@ def _assert_is_the_model(checkpoint, model, positional):
 
 
 def test_the_default_output_is_the_folder_name_with_consolidated_appended(tmp_path):
-    path, model, positional = _sharded_checkpoint(tmp_path)
+    path, model, positional = _checkpoint_shards(tmp_path)
     assert _consolidate(path) == 0
     output = tmp_path / "epoch=0-step=1.ckpt.consolidated"
     _assert_is_the_model(torch.load(output, weights_only=True), model, positional)
 
 
 def test_output_file_is_where_it_says(tmp_path):
-    path, model, positional = _sharded_checkpoint(tmp_path)
+    path, model, positional = _checkpoint_shards(tmp_path)
     assert _consolidate(path, "--output_file", tmp_path / "out" / "model.ckpt") == 0
     _assert_is_the_model(torch.load(tmp_path / "out" / "model.ckpt", weights_only=True), model, positional)
 
 
 def test_errors_are_logged_and_exit_with_status_one(tmp_path, caplog):
-    path, _, _ = _sharded_checkpoint(tmp_path)
+    path, _, _ = _checkpoint_shards(tmp_path)
     caplog.set_level(logging.ERROR)
     assert _consolidate(tmp_path / "missing") == 1 and "folder does not exist" in caplog.text
     (tmp_path / "file.ckpt").write_bytes(b"")
@@ -59,7 +59,7 @@ def test_errors_are_logged_and_exit_with_status_one(tmp_path, caplog):
     assert _consolidate(path) == 1
     assert _consolidate(path, "--output_file", tmp_path / "file.ckpt") == 1
     # an existing output is never overwritten
-    path, _, _ = _sharded_checkpoint(tmp_path / "again")
+    path, _, _ = _checkpoint_shards(tmp_path / "again")
     caplog.clear()
     assert _consolidate(path, "--output_file", tmp_path / "file.ckpt") == 1 and "already exists" in caplog.text
     assert (tmp_path / "file.ckpt").read_bytes() == b""
@@ -79,7 +79,7 @@ def test_the_command_line_writes_what_lightnings_writes(tmp_path):
     the optimizer states by position, as a single process's checkpoint does)."""
     oracle.lightning()
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    path, model, positional = _sharded_checkpoint(tmp_path / "ours")
+    path, model, positional = _checkpoint_shards(tmp_path / "ours")
     shutil.copytree(tmp_path / "ours", tmp_path / "theirs")
     outputs = {}
     for name, module in (("ours", "fulmen"), ("theirs", "lightning.pytorch")):

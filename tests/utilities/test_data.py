@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 import fulmen
 from fulmen.callbacks import ModelCheckpoint
-from fulmen.utilities.data import InMemoryDataLoader, preload
+from fulmen.utilities.in_memory import InMemoryDataLoader, preload
 
 X = torch.arange(50 * 3, dtype=torch.float32).reshape(50, 3)
 Y = torch.arange(50) % 4
@@ -155,8 +155,8 @@ def test_a_batch_sampler_is_made_again_over_a_share_from_its_recorded_arguments(
     arguments are not BatchSampler's is refused with what to do."""
     from torch.utils.data import DistributedSampler, SequentialSampler
 
-    from fulmen.utilities.data import batch_sampler_over, recording_loader_arguments
     from fulmen.utilities.exceptions import MisconfigurationException
+    from fulmen.utilities.loader_rebuild import batch_sampler_over, recording_loader_arguments
 
     share = DistributedSampler(range(12), num_replicas=2, rank=1, shuffle=False)  # 1, 3, 5, 7, 9, 11
     with recording_loader_arguments():

@@ -13,7 +13,6 @@ from fulmen.utilities.imports import lazy_exports
 
 if TYPE_CHECKING:
     from fulmen.callbacks.batch_size_finder import BatchSizeFinder
-    from fulmen.callbacks.callback import Callback
     from fulmen.callbacks.checkpoint import Checkpoint
     from fulmen.callbacks.device_stats_monitor import DeviceStatsMonitor
     from fulmen.callbacks.early_stopping import EarlyStopping
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
     from fulmen.callbacks.throughput_monitor import ThroughputMonitor
     from fulmen.callbacks.timer import Timer
     from fulmen.callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
+    from fulmen.core.hooks import Callback
 
 _WHERE = {
     "BackboneFinetuning": "finetuning",

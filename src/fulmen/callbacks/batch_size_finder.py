@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.tuner.batch_size_scaling import check_arguments, scale_batch_size
 from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
 from fulmen.utilities.exceptions import _TunerExitException

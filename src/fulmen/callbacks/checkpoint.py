@@ -6,7 +6,7 @@ default ``ModelCheckpoint`` when one is given.
 
 from __future__ import annotations
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 
 
 class Checkpoint(Callback):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fulmen.accelerators import cpu as _cpu  # `_cpu.get_cpu_stats` read when logging: patching it counts
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _PSUTIL_AVAILABLE as _PSUTIL_AVAILABLE
 from fulmen.utilities.imports import require

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.migration.migration import holds_legacy_state
 from fulmen.utilities.rank_zero import rank_prefixed_message as rank_prefixed_message
 from fulmen.utilities.rank_zero import rank_zero_warn
 
@@ -34,6 +35,7 @@ class EarlyStoppingReason(Enum):
     NON_FINITE_METRIC = 4
 
 
+@holds_legacy_state  # a pre-0.10 checkpoint's top-level keys hold its state
 class EarlyStopping(Callback):
     """Sets ``trainer.should_stop`` after ``patience`` checks without an improvement of ``min_delta``.
 

@@ -17,7 +17,7 @@ from torch.nn import Module, ModuleDict
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim import Optimizer
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _TORCHVISION_AVAILABLE as _TORCHVISION_AVAILABLE
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn

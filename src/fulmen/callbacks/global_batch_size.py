@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fulmen.callbacks.callback import Callback
 from fulmen.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
+from fulmen.core.hooks import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 
 # Every hook a LambdaCallback can take, in Callback's order; the keyword names are the hook names.
 HOOKS = (

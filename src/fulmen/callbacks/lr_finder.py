@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.tuner.lr_finder import LRFinder, lr_find
 from fulmen.utilities.exceptions import _TunerExitException
 from fulmen.utilities.rank_zero import rank_zero_info

@@ -19,6 +19,7 @@ from fulmen.callbacks.checkpoint import Checkpoint
 from fulmen.utilities import cloud_io, distributed_checkpoint
 from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.migration.migration import holds_legacy_state
 from fulmen.utilities.rank_zero import WarningCache, rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ _MANUAL_STEP_ADVICE = (
 )
 
 
+@holds_legacy_state  # a pre-0.10 checkpoint's top-level keys hold its state
 class ModelCheckpoint(Checkpoint):
     CHECKPOINT_JOIN_CHAR = "-"
     CHECKPOINT_EQUALS_CHAR = "="

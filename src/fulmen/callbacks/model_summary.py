@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.utilities.model_summary import format_summary_table, summarize
 from fulmen.utilities.model_summary.model_summary import ModelSummary as Summary  # noqa: F401  (Lightning's name)
 from fulmen.utilities.model_summary.model_summary_deepspeed import DeepSpeedSummary as DeepSpeedSummary

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.utilities import checkpoint_io, cloud_io
 from fulmen.utilities.apply_func import apply_to_collection
 from fulmen.utilities.enums import LightningEnum

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn.utils import prune
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.core.module import LightningModule
 from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
 from fulmen.utilities.exceptions import MisconfigurationException

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.utilities import cloud_io
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 from torch.optim.swa_utils import SWALR, AveragedModel
 
-from fulmen.callbacks.callback import Callback
-from fulmen.core.optimizers import LRSchedulerConfig
+from fulmen.core.configure_optimizers import LRSchedulerConfig
+from fulmen.core.hooks import Callback
 from fulmen.strategies.deepspeed import DeepSpeedStrategy as DeepSpeedStrategy
 from fulmen.strategies.fsdp import FSDPStrategy as FSDPStrategy
 from fulmen.utilities.exceptions import MisconfigurationException

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.precision import DoublePrecision as DoublePrecision
 from fulmen.precision import HalfPrecision as HalfPrecision
 from fulmen.precision import MixedPrecision as MixedPrecision

@@ -6,7 +6,7 @@ import datetime
 import time
 from typing import TYPE_CHECKING, Any
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.runtime.state import RunningStage as RunningStage
 from fulmen.utilities.enums import LightningEnum
 from fulmen.utilities.exceptions import MisconfigurationException

@@ -15,11 +15,13 @@ from fulmen.core.hooks import DataHooks
 from fulmen.core.mixins import HyperparametersMixin
 from fulmen.core.saving import load_from_checkpoint, restricted_classmethod
 from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
+from fulmen.utilities.model_helpers import defines_default_hooks
 
 if TYPE_CHECKING:
     from fulmen.trainer.trainer import Trainer
 
 
+@defines_default_hooks
 class LightningDataModule(DataHooks, HyperparametersMixin):
     """Implement ``prepare_data``, ``setup(stage)`` and the ``*_dataloader`` methods you need."""
 

@@ -1,4 +1,5 @@
-"""Hook signatures shared by ``LightningModule`` (and, for the data hooks, ``LightningDataModule``).
+"""Hook signatures shared by ``LightningModule`` (and, for the data hooks, ``LightningDataModule``), and the
+``Callback`` base class, whose hooks take ``(trainer, pl_module, ...)``.
 
 Every method here is a no-op or a documented default; the trainer calls them through one dispatcher
 (``fulmen.runtime.hooks``), which skips no-op hooks that a class does not override.
@@ -6,13 +7,19 @@ Every method here is a no-op or a documented default; the trainer calls them thr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import Tensor
 from torch.optim import Optimizer
 
 from fulmen.utilities.apply_func import move_data_to_device
 from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
+from fulmen.utilities.model_helpers import defines_default_hooks
+
+if TYPE_CHECKING:
+    from fulmen.core.module import LightningModule
+    from fulmen.trainer.trainer import Trainer
 
 
 class ModelHooks:
@@ -112,3 +119,105 @@ class DataHooks:
 class CheckpointHooks:
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None: ...
+
+
+@defines_default_hooks
+class Callback:
+    """Override the hooks you need. Hooks are called with ``(trainer, pl_module, ...)``."""
+
+    @property
+    def state_key(self) -> str:
+        """Key of this callback's state in checkpoints; include init arguments if several may coexist."""
+        return type(self).__qualname__
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        return f"{type(self).__qualname__}{kwargs!r}"
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None: ...
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None: ...
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_sanity_check_end(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None: ...
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None: ...
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_test_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_predict_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_validation_batch_start(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None: ...
+    def on_validation_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None: ...  # fmt: skip
+    def on_test_batch_start(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None: ...
+    def on_test_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None: ...  # fmt: skip
+    def on_predict_batch_start(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None: ...
+    def on_predict_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None: ...  # fmt: skip
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_exception(
+        self, trainer: Trainer, pl_module: LightningModule, exception: BaseException
+    ) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+    def on_save_checkpoint(
+        self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]
+    ) -> None: ...
+    def on_load_checkpoint(
+        self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]
+    ) -> None: ...
+    def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: Tensor) -> None: ...
+    def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None: ...
+    def on_before_optimizer_step(
+        self, trainer: Trainer, pl_module: LightningModule, optimizer: Optimizer
+    ) -> None: ...
+    def on_before_zero_grad(
+        self, trainer: Trainer, pl_module: LightningModule, optimizer: Optimizer
+    ) -> None: ...

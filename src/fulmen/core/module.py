@@ -32,6 +32,7 @@ from fulmen.utilities.imports import _ONNXSCRIPT_AVAILABLE as _ONNXSCRIPT_AVAILA
 from fulmen.utilities.imports import _TORCH_TRT_AVAILABLE as _TORCH_TRT_AVAILABLE
 from fulmen.utilities.imports import RequirementCache as RequirementCache
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
+from fulmen.utilities.model_helpers import defines_default_hooks
 from fulmen.utilities.rank_zero import WarningCache as WarningCache
 from fulmen.utilities.rank_zero import rank_zero_deprecation as rank_zero_deprecation
 from fulmen.utilities.rank_zero import rank_zero_warn
@@ -58,6 +59,7 @@ def jit_tracing() -> Generator[None, None, None]:
         _SCRIPTING = previous
 
 
+@defines_default_hooks
 class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, DataHooks, CheckpointHooks):
     """Organise a PyTorch model's training code: steps, optimizers and hooks.
 
@@ -728,7 +730,7 @@ class _TrainerFabricShim:
 
 # names Lightning's module holds, which libraries import from here; this module's code does not use them
 __getattr__ = _lazy_aliases(__name__, {
-    "Callback": "fulmen.callbacks.callback.Callback",
+    "Callback": "fulmen.core.hooks.Callback",
     "FabricLogger": "fulmen.loggers.logger.Logger",
     "Logger": "fulmen.loggers.logger.Logger",
     "is_param_in_hook_signature": "fulmen.utilities.signature_utils.is_param_in_hook_signature",

@@ -153,9 +153,9 @@ class _MockOptimizer(Optimizer):
 # names Lightning's module holds, which libraries import from here; this module's code does not use them
 __getattr__ = _lazy_aliases(__name__, {
     "is_param_in_hook_signature": "fulmen.utilities.signature_utils.is_param_in_hook_signature",
-    # Lightning's private steps of parsing configure_optimizers' return (fulmen.core.optimizers holds them)
-    "_configure_optimizers": "fulmen.core.optimizers._configure_optimizers",
-    "_configure_schedulers_automatic_opt": "fulmen.core.optimizers._configure_schedulers_automatic_opt",
-    "_configure_schedulers_manual_opt": "fulmen.core.optimizers._configure_schedulers_manual_opt",
-    "_init_optimizers_and_lr_schedulers": "fulmen.core.optimizers._init_optimizers_and_lr_schedulers",
+    # Lightning's private steps of parsing configure_optimizers' return (fulmen.core.configure_optimizers holds them)
+    "_configure_optimizers": "fulmen.core.configure_optimizers._configure_optimizers",
+    "_configure_schedulers_automatic_opt": "fulmen.core.configure_optimizers._configure_schedulers_automatic_opt",
+    "_configure_schedulers_manual_opt": "fulmen.core.configure_optimizers._configure_schedulers_manual_opt",
+    "_init_optimizers_and_lr_schedulers": "fulmen.core.configure_optimizers._init_optimizers_and_lr_schedulers",
 })  # fmt: skip

@@ -13,6 +13,7 @@ may pick a subclass of the caller's class, never another class.
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import functools
 import importlib
@@ -33,7 +34,7 @@ from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.imports import _OMEGACONF_AVAILABLE as _OMEGACONF_AVAILABLE
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.migration import pl_legacy_patch
-from fulmen.utilities.migration.utils import _pl_migrate_checkpoint
+from fulmen.utilities.migration.utils import _pl_migrate_checkpoint, as_fulmen_module
 from fulmen.utilities.model_helpers import is_overridden as is_overridden
 from fulmen.utilities.parsing import AttributeDict as AttributeDict
 from fulmen.utilities.parsing import parse_class_init_keys as parse_class_init_keys
@@ -204,25 +205,38 @@ def _init_kwargs(
     return kwargs
 
 
-# the instantiators LightningCLI (fulmen's, or Lightning's in a Lightning checkpoint) records; only these run:
-# a name read from a file is not imported and called unless it is one of them
-CLI_INSTANTIATORS = (
-    "fulmen.cli.instantiate_module", "lightning.pytorch.cli.instantiate_module",
-    "pytorch_lightning.cli.instantiate_module",
-)  # fmt: skip
+# what marks the function LightningCLI records as `_instantiator` (set by the CLI on its `instantiate_module`):
+# a name read from a checkpoint is called only when it resolves, inside fulmen, to a function carrying it
+TRUSTED_INSTANTIATOR = "trusted_instantiator"
 
 
 _LEGACY_HPARAMS_KEYS = ("module_arguments", "hparams")
 
 
-def _from_cli_config(cls: Any, hparams: dict[str, Any], overrides: dict[str, Any]) -> Any:
-    name = hparams["_instantiator"]
-    if name not in CLI_INSTANTIATORS:
+def _trusted_instantiator(cls: Any, name: object) -> Any:
+    """The function a checkpoint names as its ``_instantiator``, if it may run: a name of fulmen's (Lightning's
+    module paths read as fulmen's, the objects this process uses) whose function LightningCLI marked as its
+    instantiator. Importing one of fulmen's own modules runs no code the file brings; calling an unmarked
+    function would."""
+    module_name, _, attribute = name.rpartition(".") if isinstance(name, str) else ("", "", "")
+    module_name = as_fulmen_module(module_name) if module_name else ""
+    function = None
+    if module_name == "fulmen" or module_name.startswith("fulmen."):
+        with contextlib.suppress(ImportError):
+            function = getattr(importlib.import_module(module_name), attribute, None)
+    if function is None or not getattr(function, TRUSTED_INSTANTIATOR, False):
         raise ValueError(
             f"{cls.__name__}.load_from_checkpoint: the checkpoint names `_instantiator={name!r}`; fulmen runs only "
-            f"LightningCLI's ({CLI_INSTANTIATORS[0]}) so that loading a file runs no code it names. Remove the key "
-            "from the checkpoint's hyper_parameters, or pass the arguments to load_from_checkpoint."
+            "LightningCLI's instantiate_module (recorded as fulmen's or Lightning's) so that loading a file runs no "
+            "code it names. Remove the key from the checkpoint's hyper_parameters, or pass the arguments to "
+            "load_from_checkpoint."
         )
+    return function
+
+
+def _from_cli_config(cls: Any, hparams: dict[str, Any], overrides: dict[str, Any]) -> Any:
+    # looked up when loading, by the name the file records (so a patched instantiator is the one that runs)
+    instantiate = _trusted_instantiator(cls, hparams["_instantiator"])
     target = cls
     class_path = hparams.get("_class_path")
     if class_path:
@@ -234,8 +248,6 @@ def _from_cli_config(cls: Any, hparams: dict[str, Any], overrides: dict[str, Any
                 f"subclass of {cls.__name__}. Call load_from_checkpoint on that class."
             )
     config = {k: v for k, v in hparams.items() if k not in ("_instantiator", "_class_path")}
-    # the CLI sits above this layer: its instantiator is found by its fixed name, as the checkpoint records it
-    instantiate = importlib.import_module("fulmen.cli").instantiate_module
     return instantiate(target, {**config, **overrides})
 
 

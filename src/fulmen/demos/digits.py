@@ -16,7 +16,7 @@ from torch.utils.data import TensorDataset
 
 import fulmen as pl
 from fulmen.callbacks import EarlyStopping
-from fulmen.utilities.data import InMemoryDataLoader
+from fulmen.utilities.in_memory import InMemoryDataLoader
 
 
 class DigitsDataModule(pl.LightningDataModule):

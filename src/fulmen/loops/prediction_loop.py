@@ -1,7 +1,7 @@
-"""``lightning.pytorch.loops.prediction_loop``: ``trainer.predict`` runs
-:class:`fulmen.loops.evaluation.PredictionLoop`."""
+"""Lightning's import path ``lightning.pytorch.loops.prediction_loop``: ``trainer.predict`` runs
+:class:`fulmen.loops.evaluation_loop.PredictionLoop`."""
 
-from fulmen.loops.evaluation import PredictionLoop
+from fulmen.loops.evaluation_loop import PredictionLoop
 from fulmen.runtime.state import RunningStage as RunningStage
 from fulmen.runtime.state import TrainerFn as TrainerFn
 from fulmen.utilities.apply_func import move_data_to_device as move_data_to_device

@@ -27,13 +27,13 @@ from fulmen.loops.loader_state import data_parts
 from fulmen.overrides.distributed import DistributedSamplerWrapper, UnrepeatedDistributedSamplerWrapper
 from fulmen.runtime.rng import capture_rng, restore_rng
 from fulmen.runtime.state import FitProgress, LoopPhase
-from fulmen.utilities.data import rebuild_dataloader
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.loader_rebuild import rebuild_dataloader
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
-    from fulmen.loops.fetcher import PrefetchIterator
-    from fulmen.loops.fit import FitLoop
+    from fulmen.loops.fetchers import PrefetchIterator
+    from fulmen.loops.fit_loop import FitLoop
 
 _MID_EPOCH = (LoopPhase.BATCH, LoopPhase.VALIDATION, LoopPhase.BETWEEN)
 

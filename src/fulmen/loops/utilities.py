@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from fulmen.accelerators.xla import XLAAccelerator as XLAAccelerator
-from fulmen.loops.evaluation import no_grad_context
-from fulmen.loops.training_epoch import can_stop_early, max_steps_reached
+from fulmen.loops.evaluation_loop import no_grad_context
+from fulmen.loops.training_epoch_loop import can_stop_early, max_steps_reached
 from fulmen.runtime.state import RunningStage as RunningStage
 from fulmen.strategies.fsdp import FSDPStrategy as FSDPStrategy
 from fulmen.strategies.parallel import ParallelStrategy as ParallelStrategy

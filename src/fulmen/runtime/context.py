@@ -7,7 +7,7 @@ attribute here is one hop; the hot loop keeps to them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,9 +20,10 @@ from fulmen.runtime.state import FitProgress, RunningStage, TrainerState
 if TYPE_CHECKING:
     from fulmen.core.datamodule import LightningDataModule
     from fulmen.core.module import LightningModule
+    from fulmen.runtime.protocols import RunCallback, RunLogger, RunOwner, RunProfiler
     from fulmen.runtime.results import ResultCollection
     from fulmen.strategies.strategy import Strategy
-    from fulmen.trainer.config import TrainerConfig  # type only: the loops read the frozen flags
+    from fulmen.trainer.flags import TrainerConfig  # type only: the loops read the frozen flags
 
 
 class StopRequests:
@@ -81,7 +82,7 @@ class BatchCounts:
 class RunContext:
     """The state of a run that the loops, the dispatcher and the metrics share (see the module docstring)."""
 
-    def __init__(self, trainer: Any, config: TrainerConfig, strategy: Strategy) -> None:
+    def __init__(self, trainer: RunOwner, config: TrainerConfig, strategy: Strategy) -> None:
         self.trainer = trainer  # handed to callbacks as their first argument, never read here
         self.config = config
         self.strategy = strategy
@@ -93,14 +94,15 @@ class RunContext:
         self.batches = BatchCounts()
         self.module: LightningModule | None = None
         self.datamodule: LightningDataModule | None = None
-        self.callbacks: list[Any] = []
-        self.loggers: list[Any] = []
+        # the runtime reads them, in order; the trainer, which made them, keeps them as lists of its own types
+        self.callbacks: Sequence[RunCallback] = []
+        self.loggers: Sequence[RunLogger] = []
         # batches per optimizer step now; a GradientAccumulationScheduler changes it during fit
         self.accumulate_grad_batches: int = config.accumulate_grad_batches
         self.results: ResultCollection | None = None  # where self.log writes at this moment
         self.ticks = 0  # evaluation batches and checkpoint saves: progress the hang watchdog sees
         # the profiler that records this trainer's runs (None: nothing is recorded, nothing is paid)
-        self.profiler: Any = config.active_profiler
+        self.profiler: RunProfiler | None = config.active_profiler
         self.hooks = HookDispatcher(self) if self.profiler is None else ProfilingHookDispatcher(self, self.profiler)
         self.metrics = MetricsHub(self)
         self.data = DataSource(self)

@@ -13,15 +13,13 @@ from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.utilities.combined_loader import CombinedLoader
 from fulmen.utilities.data import (
-    batch_sampler_over,
     has_len_all_ranks,
     is_iterable_dataset,
     parse_num_batches,
-    rebuild_dataloader,
-    recording_loader_arguments,
     suggested_max_num_workers,
 )
 from fulmen.utilities.exceptions import MisconfigurationException
+from fulmen.utilities.loader_rebuild import batch_sampler_over, rebuild_dataloader, recording_loader_arguments
 from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import rank_zero_warn
 from fulmen.utilities.warnings import PossibleUserWarning

@@ -24,6 +24,7 @@ from fulmen.utilities.model_helpers import assigned_on_instance, is_overridden
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
+    from fulmen.runtime.protocols import RunCallback, RunProfiler
 
 _T = TypeVar("_T")
 
@@ -102,7 +103,7 @@ class HookDispatcher:
         self.generation = 0
 
     # -- profiling (ProfilingHookDispatcher records; this one runs everything as is, at no cost) ---------
-    profiler: Any = None
+    profiler: RunProfiler | None = None
 
     def profiled(self, action: str, fn: Callable[..., _T]) -> Callable[..., _T]:
         """``fn``, recorded as ``action`` when a profiler runs: loops wrap their stages once per epoch."""
@@ -206,7 +207,7 @@ class HookDispatcher:
             self._callback_cache[key] = fns
         return fns
 
-    def _callback_fn(self, callback: Any, name: str) -> Callable[..., Any]:
+    def _callback_fn(self, callback: RunCallback, name: str) -> Callable[..., Any]:
         return getattr(callback, name)
 
     def call_callbacks(self, name: str, *args: Any, monitoring: bool | None = None, **kwargs: Any) -> None:
@@ -315,9 +316,9 @@ class ProfilingHookDispatcher(HookDispatcher):
     running the defaults inline, and each one is timed, once. The plain dispatcher pays nothing for this:
     the wrapping is decided when the hook is first looked up in a run, not at every call."""
 
-    def __init__(self, context: RunContext, profiler: Any) -> None:
+    def __init__(self, context: RunContext, profiler: RunProfiler) -> None:
         super().__init__(context)
-        self.profiler = profiler
+        self.profiler: RunProfiler = profiler
 
     def profiled(self, action: str, fn: Callable[..., _T]) -> Callable[..., _T]:
         profiler = self.profiler
@@ -335,7 +336,7 @@ class ProfilingHookDispatcher(HookDispatcher):
     def _cached_default(self, names: tuple[str, ...], overridden: Callable[[str], bool]) -> bool:
         return False  # every hook dispatched, so every hook is recorded
 
-    def _callback_fn(self, callback: Any, name: str) -> Callable[..., Any]:
+    def _callback_fn(self, callback: RunCallback, name: str) -> Callable[..., Any]:
         key = getattr(callback, "state_key", type(callback).__qualname__)
         return self.profiled(f"[Callback]{key}.{name}", getattr(callback, name))
 
@@ -406,6 +407,6 @@ _UNKNOWN: Any = object()  # not looked up yet (None means: no such hook, or a de
 _TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 
-def _is_monitoring(callback: Any) -> bool:
+def _is_monitoring(callback: RunCallback) -> bool:
     """Callbacks that read metrics to decide (stop, save) run after the module's epoch-end hook."""
     return bool(getattr(callback, "_is_monitoring_callback", False))

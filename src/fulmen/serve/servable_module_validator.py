@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.serve.servable_module import ServableModule
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import RequirementCache as RequirementCache
@@ -104,9 +104,7 @@ class ServableModuleValidator(Callback):
             log.info(f"Your model is servable and the received payload was {self.resp.json()}.")
 
     def _check_servable(self, trainer: Trainer, servable_module: Any) -> None:
-        from fulmen.strategies import DeepSpeedStrategy, FSDPStrategy
-
-        if isinstance(trainer.strategy, (DeepSpeedStrategy, FSDPStrategy)):
+        if trainer.strategy.shards_the_model:
             raise MisconfigurationException(
                 f"ServableModuleValidator does not support the {type(trainer.strategy).__qualname__} strategy "
                 "(the model is sharded across processes). Check serving with a single-device or DDP run."

@@ -22,9 +22,9 @@ from fulmen.core.optimizer import LightningOptimizer as LightningOptimizer
 from fulmen.core.optimizer import unwrap_optimizer
 from fulmen.overrides.distributed import prepare_for_backward
 from fulmen.precision import Precision
-from fulmen.strategies.environment import ClusterLayout
 from fulmen.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 from fulmen.strategies.parallel import ParallelStrategy
+from fulmen.utilities.cluster_layout import ClusterLayout
 from fulmen.utilities.exceptions import InvalidTypeError, InvalidValueError, MisconfigurationException
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_deprecation as rank_zero_deprecation

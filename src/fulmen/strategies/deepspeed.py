@@ -36,7 +36,7 @@ from fulmen.utilities.types import LRSchedulerConfig as LRSchedulerConfig
 if TYPE_CHECKING:
     from fulmen.accelerators import Accelerator
     from fulmen.precision import Precision
-    from fulmen.strategies.environment import ClusterLayout
+    from fulmen.utilities.cluster_layout import ClusterLayout
 
 warning_cache = WarningCache()  # Lightning's module-level cache, for code that warns through it
 
@@ -63,6 +63,7 @@ class DeepSpeedStrategy(DDPStrategy):
     built from the arguments); runs are refused (see the module docstring)."""
 
     strategy_name = "deepspeed"
+    shards_the_model = True  # ZeRO stage 3 partitions the parameters (any stage is treated so, to be safe)
     DEEPSPEED_ENV_VAR = "PL_DEEPSPEED_CONFIG_PATH"
 
     def __init__(

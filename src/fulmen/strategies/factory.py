@@ -13,8 +13,6 @@ from fulmen.precision import Precision, select_precision
 from fulmen.strategies.ddp import DDPStrategy
 from fulmen.strategies.ddp_spawn import DDPSpawnStrategy
 from fulmen.strategies.deepspeed import DeepSpeedStrategy
-from fulmen.strategies.environment import ClusterLayout
-from fulmen.strategies.environment import detect as detect_cluster
 from fulmen.strategies.fsdp import FSDPStrategy
 from fulmen.strategies.parallel import ParallelStrategy
 from fulmen.strategies.registry import StrategyRegistry
@@ -22,6 +20,8 @@ from fulmen.strategies.single_device import SingleDeviceStrategy
 from fulmen.strategies.single_xla import SingleDeviceXLAStrategy
 from fulmen.strategies.strategy import Strategy
 from fulmen.strategies.xla import XLAStrategy
+from fulmen.utilities.cluster_layout import ClusterLayout
+from fulmen.utilities.cluster_layout import detect as detect_cluster
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.rank_zero import rank_zero_warn
 
@@ -104,7 +104,7 @@ def _job_environment() -> Any:
     mpi = any(key in os.environ for key in _MPI_LAUNCH_VARIABLES)
     if not (lsf or mpi):
         return None
-    from fulmen.plugins.environments import LSFEnvironment, MPIEnvironment
+    from fulmen.plugins.environments import LSFEnvironment, MPIEnvironment  # only for such a job (see below)
 
     if lsf and LSFEnvironment.detect():
         return LSFEnvironment()
@@ -115,7 +115,8 @@ def _job_environment() -> Any:
 
 def _reported_environment(environment: Any, cluster: ClusterLayout | None, world_size: int) -> object:
     """What ``strategy.cluster_environment`` reports: the plugin as the user gave it, else the one naming the
-    launcher of ``cluster`` (imported here, as in :func:`_cluster_environment`)."""
+    launcher of ``cluster``."""
+    # the cluster-environment plugins load when a strategy is chosen, not with fulmen: `import fulmen` stays cheap
     from fulmen.plugins.environments import environment_of_layout, user_environment
 
     return (
@@ -126,9 +127,8 @@ def _reported_environment(environment: Any, cluster: ClusterLayout | None, world
 
 
 def _cluster_environment(environment: Any) -> Any:
-    """fulmen's ``ClusterEnvironment`` for ``environment``; a Lightning (Fabric) one is wrapped (imported here:
-    fulmen.plugins reads this package's launcher layout at import time)."""
-    from fulmen.plugins.environments import as_cluster_environment
+    """fulmen's ``ClusterEnvironment`` for ``environment``; a Lightning (Fabric) one is wrapped."""
+    from fulmen.plugins.environments import as_cluster_environment  # see _reported_environment
 
     found = as_cluster_environment(environment)
     if found is None:

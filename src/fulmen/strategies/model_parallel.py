@@ -19,8 +19,8 @@ import torch
 from fulmen.accelerators import Accelerator
 from fulmen.core.optimizer import LightningOptimizer as LightningOptimizer
 from fulmen.precision import Precision
-from fulmen.strategies.fsdp import ShardedStrategy
 from fulmen.strategies.parallel import ParallelStrategy as ParallelStrategy
+from fulmen.strategies.sharded import ShardedStrategy
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _TORCH_GREATER_EQUAL_2_4 as _TORCH_GREATER_EQUAL_2_4
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases

@@ -1,9 +1,9 @@
 """Several processes on ``torch.distributed``: launch, ranks, the process group and the collectives.
 
 The processes come from a launcher (torchrun or SLURM's srun: their environment is read, see
-:mod:`fulmen.strategies.environment`), or, on one machine without a launcher, from fulmen itself: rank 0 runs
-the user's script again for the other local ranks. :class:`ParallelStrategy` owns all of that; how the model
-is replicated or sharded is its subclasses' part (DDP in :mod:`~fulmen.strategies.ddp`, FSDP and 2-D
+:mod:`fulmen.utilities.cluster_layout`), or, on one machine without a launcher, from fulmen itself: rank 0
+runs the user's script again for the other local ranks. :class:`ParallelStrategy` owns all of that; how the
+model is replicated or sharded is its subclasses' part (DDP in :mod:`~fulmen.strategies.ddp`, FSDP and 2-D
 parallelism in :mod:`~fulmen.strategies.fsdp`).
 """
 
@@ -24,7 +24,6 @@ from torch import Tensor, nn
 
 from fulmen.accelerators import Accelerator, accelerator_name
 from fulmen.precision import Precision
-from fulmen.strategies.environment import ClusterLayout, detect
 from fulmen.strategies.launchers.launcher import FOLLOWS_ANOTHER_RANK
 from fulmen.strategies.launchers.subprocess_script import (
     REPORTED,
@@ -34,6 +33,7 @@ from fulmen.strategies.launchers.subprocess_script import (
     launch_local_ranks,
 )
 from fulmen.strategies.strategy import Strategy
+from fulmen.utilities.cluster_layout import ClusterLayout, detect
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_only

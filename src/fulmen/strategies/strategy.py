@@ -16,8 +16,8 @@ from torch.optim import Optimizer
 from torch.overrides import TorchFunctionMode
 
 from fulmen.accelerators import Accelerator
+from fulmen.core.configure_optimizers import LRSchedulerConfig, parse_configure_optimizers
 from fulmen.core.optimizer import LightningOptimizer, unwrap_optimizer
-from fulmen.core.optimizers import LRSchedulerConfig, parse_configure_optimizers
 from fulmen.precision import Precision
 from fulmen.utilities import distributed_checkpoint
 from fulmen.utilities.apply_func import move_data_to_device
@@ -52,6 +52,8 @@ class Strategy:
     """Base strategy: one process, one device. Subclasses add processes and collectives."""
 
     strategy_name = "base"
+    # each process holds only a shard of the parameters: no one process can serve or export the whole model
+    shards_the_model = False
     # several processes: how long one may make no progress before the hang watchdog ends it; the collective
     # it is inside and how many it completed (what the watchdog reads)
     hang_timeout: timedelta | None = None
@@ -493,6 +495,13 @@ class Strategy:
             nothing_after_closure=not self._clip_val
             and hooks.defaults_only("on_before_optimizer_step", "configure_gradient_clipping"),
         )  # fmt: skip
+
+    @property
+    def step_plan(self) -> dict[str, bool]:
+        """What the steps of the last run skipped, read-only: each switch of the step plan by name (``{}`` before
+        a run planned any step). Tests read it to prove that each fast path and its general twin ran."""
+        fields = self._plan._asdict() if self._plan is not None else {}
+        return {name: value for name, value in fields.items() if name != "generation"}
 
     def runs_plain_steps(self) -> bool:
         """Whether a training batch may run straight through (the module's ``training_step``, then the

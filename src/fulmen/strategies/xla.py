@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from fulmen.accelerators import Accelerator
     from fulmen.plugins.io import CheckpointIO
     from fulmen.precision import Precision
-    from fulmen.strategies.environment import ClusterLayout
+    from fulmen.utilities.cluster_layout import ClusterLayout
 
 
 class XLAStrategy(DDPStrategy):

@@ -1,7 +1,8 @@
-"""``lightning.pytorch.trainer.call``: every callback, module, data-module and strategy hook is called through
-one dispatcher, :class:`fulmen.runtime.hooks.HookDispatcher` (:class:`~fulmen.runtime.hooks.
-ProfilingHookDispatcher` with a profiler); a stage's set-up, teardown and interrupt handling (Ctrl-C, a
-failure: callbacks' ``on_exception``, loggers finalised) are :class:`fulmen.trainer.runner.StageRunner`."""
+"""Lightning's import path ``lightning.pytorch.trainer.call``: every callback, module, data-module and
+strategy hook is called through one dispatcher, :class:`fulmen.runtime.hooks.HookDispatcher`
+(:class:`~fulmen.runtime.hooks.ProfilingHookDispatcher` with a profiler); a stage's set-up, teardown and
+interrupt handling (Ctrl-C, a failure: callbacks' ``on_exception``, loggers finalised) are
+:class:`fulmen.trainer.runner.StageRunner`."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from fulmen.utilities.watchdog import HangWatchdog
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
-    from fulmen.trainer.config import TrainerConfig
+    from fulmen.trainer.flags import TrainerConfig
     from fulmen.trainer.signals import SignalConnector
     from fulmen.trainer.trainer import Trainer
 
@@ -77,7 +77,7 @@ class StageRunner:
             profiler.attach_module(model)
         hooks.reset()
         try:
-            context.callbacks = attach_model_callbacks(context.callbacks, hooks.call_module("configure_callbacks"))
+            context.callbacks = attach_model_callbacks(trainer.callbacks, hooks.call_module("configure_callbacks"))
             hooks.reset()
             configuration_validator._verify_loop_configurations(trainer)
             if fn == TrainerFn.FITTING and context.config.max_epochs_defaulted:

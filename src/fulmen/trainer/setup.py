@@ -1,6 +1,6 @@
-"""``lightning.pytorch.trainer.setup``: the Trainer's flags (debugging flags, batch limits, the profiler) are
-parsed and checked once by :func:`fulmen.trainer.config.parse_flags` into a :class:`~fulmen.trainer.config.
-TrainerConfig`; :func:`prepare_model` readies the model a stage runs."""
+"""Lightning's import path ``lightning.pytorch.trainer.setup``: the Trainer's flags (debugging flags, batch
+limits, the profiler) are parsed and checked once by :func:`fulmen.trainer.flags.parse_flags` into a
+:class:`~fulmen.trainer.flags. TrainerConfig`; :func:`prepare_model` readies the model a stage runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fulmen.accelerators.cuda import CUDAAccelerator as CUDAAccelerator
 from fulmen.accelerators.mps import MPSAccelerator as MPSAccelerator
 from fulmen.accelerators.xla import XLAAccelerator as XLAAccelerator
 from fulmen.core.module import LightningModule, unwrap_compiled
-from fulmen.trainer.config import TrainerConfig, parse_flags
+from fulmen.trainer.flags import TrainerConfig, parse_flags
 from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info

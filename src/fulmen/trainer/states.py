@@ -1,5 +1,6 @@
-"""``lightning.pytorch.trainer.states``: what the trainer is doing (the classes live in the runtime layer), and
-:class:`StageFlag`, the trainer's ``training`` / ``validating`` / ... attributes."""
+"""Lightning's import path ``lightning.pytorch.trainer.states``: what the trainer is doing (the classes live
+in the runtime layer), and :class:`StageFlag`, the trainer's ``training`` / ``validating`` / ...
+attributes."""
 
 from __future__ import annotations
 

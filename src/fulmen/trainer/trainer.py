@@ -1,6 +1,6 @@
 """The ``Trainer``: the public entry points (fit / validate / test / predict) and what users read of a run.
 
-Construction validates every flag (``trainer/config.py``), picks the strategy (``strategies/factory.py``)
+Construction validates every flag (``trainer/flags.py``), picks the strategy (``strategies/factory.py``)
 and builds the callbacks and loggers the flags imply (``trainer/connectors/``). The run's state lives in
 one :class:`~fulmen.runtime.context.RunContext` (``trainer.run_context``), which the loops receive; the
 properties below read it. A stage runs through :class:`~fulmen.trainer.runner.StageRunner`.
@@ -14,17 +14,17 @@ import os
 import signal
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from fulmen.accelerators import Accelerator
-from fulmen.callbacks.callback import Callback
+from fulmen.core.configure_optimizers import LRSchedulerConfig
 from fulmen.core.datamodule import LightningDataModule
+from fulmen.core.hooks import Callback
 from fulmen.core.module import LightningModule
-from fulmen.core.optimizers import LRSchedulerConfig
-from fulmen.loops.evaluation import EvaluationLoop, PredictionLoop
-from fulmen.loops.fit import FitLoop
+from fulmen.loops.evaluation_loop import EvaluationLoop, PredictionLoop
+from fulmen.loops.fit_loop import FitLoop
 from fulmen.precision import Precision
 from fulmen.runtime.context import RunContext
 from fulmen.runtime.data import split_datamodule
@@ -35,10 +35,10 @@ from fulmen.strategies.strategy import Strategy
 from fulmen.trainer import call as _call
 from fulmen.trainer._lightning_names import trainer_module_getattr as __getattr__  # noqa: F401
 from fulmen.trainer.checkpointing import eval_ckpt_path, select_ckpt_path
-from fulmen.trainer.config import ConfigField, TrainerConfig, parse_flags
 from fulmen.trainer.connectors import build_callbacks, build_loggers, prepare_model
 from fulmen.trainer.connectors.accelerator_connector import choose_strategy
 from fulmen.trainer.connectors.signal_connector import _SignalConnector
+from fulmen.trainer.flags import ConfigField, TrainerConfig, parse_flags
 from fulmen.trainer.internals import LightningInternals
 from fulmen.trainer.runner import StageRunner
 from fulmen.trainer.states import StageFlag
@@ -57,7 +57,7 @@ class Trainer(LightningInternals):
     """Runs a LightningModule: ``fit``, ``validate``, ``test`` and ``predict``.
 
     Arguments mirror ``lightning.pytorch.Trainer`` (same names and defaults); every flag is validated when
-    the Trainer is made, before anything runs (see :class:`~fulmen.trainer.config.TrainerConfig`).
+    the Trainer is made, before anything runs (see :class:`~fulmen.trainer.flags.TrainerConfig`).
     """
 
     @_defaults_from_env_vars  # PL_TRAINER_<FLAG> sets a flag the code leaves out (cluster jobs, CI matrices)
@@ -164,7 +164,9 @@ class Trainer(LightningInternals):
 
     @property
     def callbacks(self) -> list[Callback]:
-        return self._context.callbacks
+        # the context names them by what the run reads (runtime.protocols); the trainer put Callbacks there, in
+        # a list (the constructor, the setter, configure_callbacks)
+        return cast("list[Callback]", self._context.callbacks)
 
     @callbacks.setter
     def callbacks(self, callbacks: list[Callback]) -> None:
@@ -173,7 +175,7 @@ class Trainer(LightningInternals):
 
     @property
     def loggers(self) -> list[Any]:
-        return self._context.loggers
+        return cast("list[Any]", self._context.loggers)  # a list: see callbacks
 
     @loggers.setter
     def loggers(self, loggers: list[Any] | None) -> None:

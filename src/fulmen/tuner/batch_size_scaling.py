@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, trial_trainer
-from fulmen.utilities.data import has_len, rebuild_dataloader
+from fulmen.utilities.data import has_len
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
+from fulmen.utilities.loader_rebuild import rebuild_dataloader
 from fulmen.utilities.memory import garbage_collection_cuda, is_oom_error
 from fulmen.utilities.parsing import lightning_getattr as lightning_getattr
 from fulmen.utilities.parsing import lightning_setattr as lightning_setattr

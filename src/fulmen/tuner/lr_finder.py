@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.tuner.trials import field_owners, preserved, run_stage, set_field, trial_trainer
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _MATPLOTLIB_AVAILABLE as _MATPLOTLIB_AVAILABLE

@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from fulmen.callbacks.callback import Callback as Callback
 from fulmen.core.datamodule import LightningDataModule
+from fulmen.core.hooks import Callback as Callback
 from fulmen.runtime.data import split_datamodule
 from fulmen.tuner.batch_size_scaling import scale_batch_size
 from fulmen.tuner.lr_finder import LRFinder, lr_find
-from fulmen.utilities.data import rebuild_dataloader
 from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
+from fulmen.utilities.loader_rebuild import rebuild_dataloader
 from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import rank_zero_warn
 

@@ -17,15 +17,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
-from fulmen.utilities.model_helpers import is_overridden
+from fulmen.utilities.model_helpers import default_hooks_class, is_overridden
 
 if TYPE_CHECKING:
     from torch._dynamo import OptimizedModule
 
     from fulmen.core.module import LightningModule
 
-# found by qualified name: this module sits below fulmen.core
-_LIGHTNING_MODULE = "fulmen.core.module.LightningModule"
 # forward and the steps: a training_step calling its layers directly (self.net(x), not self(x)) is compiled
 # too, its loss included
 _STEPS = ("forward", "training_step", "validation_step", "test_step", "predict_step")
@@ -35,7 +33,9 @@ _REPLACED: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDicti
 
 
 def _is_lightning_module(obj: object) -> bool:
-    return any(f"{c.__module__}.{c.__qualname__}" == _LIGHTNING_MODULE for c in type(obj).__mro__)
+    # the class sits above this module; it registers itself when defined (before any instance can exist)
+    lightning_module = default_hooks_class("LightningModule")
+    return lightning_module is not None and lightning_module in type(obj).__mro__
 
 
 def _is_optimized_module(obj: object) -> bool:

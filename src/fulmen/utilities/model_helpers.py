@@ -4,20 +4,32 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fulmen.utilities.imports import RequirementCache as RequirementCache
 
 if TYPE_CHECKING:
     from torch import nn
 
-# the classes whose methods are the defaults (by qualified name: this module sits below them)
-_BASES = frozenset({
-    "fulmen.core.module.LightningModule",
-    "fulmen.core.datamodule.LightningDataModule",
-    "fulmen.callbacks.callback.Callback",
-})  # fmt: skip
+# the classes whose methods are the hook defaults (LightningModule, LightningDataModule, Callback), by name. They
+# sit above this module and add themselves when they are defined (`defines_default_hooks`): a class not defined
+# yet has no instance to ask about.
+_BASES: dict[str, type] = {}
 _MISSING = object()
+
+T = TypeVar("T", bound=type)
+
+
+def defines_default_hooks(cls: T) -> T:
+    """Class decorator: ``cls``'s methods are the defaults that :func:`is_overridden` compares against."""
+    _BASES[cls.__name__] = cls
+    return cls
+
+
+def default_hooks_class(name: str) -> type | None:
+    """The class named ``name`` that :func:`defines_default_hooks` registered (``"LightningModule"``), or None
+    while it is not defined."""
+    return _BASES.get(name)
 
 
 def is_overridden(method_name: str, instance: object | None = None, parent: type[Any] | None = None) -> bool:
@@ -34,7 +46,7 @@ def is_overridden(method_name: str, instance: object | None = None, parent: type
     if parent is None:
         # `__class__`, not `type()`: a Mock made with spec= reports its spec class there
         parent = next(
-            (c for c in instance.__class__.__mro__ if f"{c.__module__}.{c.__qualname__}" in _BASES), None
+            (c for c in instance.__class__.__mro__ if c in _BASES.values()), None
         )
         if parent is None:
             raise ValueError(

@@ -35,7 +35,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset, get_worker_info
 
-from fulmen.utilities.data import is_iterable_dataset, with_batch_sampler
+from fulmen.utilities.data import is_iterable_dataset
+from fulmen.utilities.loader_rebuild import with_batch_sampler
 from fulmen.utilities.seed import isolate_rng
 
 _MASK = (1 << 64) - 1

@@ -4,7 +4,6 @@ what a device can do per second at most, from its data sheet (the denominator of
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -127,26 +126,12 @@ def get_available_flops(device: torch.device, dtype: torch.dtype | str) -> int |
 def _plugin_to_compute_dtype(plugin: Any) -> torch.dtype:
     """The dtype a precision plugin's matmuls compute in, the one to look FLOPs up for: float32 at full
     precision, the low dtype of mixed / half precision, float64 for double, int8 for TransformerEngine's FP8,
-    the gradient-reduction dtype of FSDP (Lightning Fabric's ``_plugin_to_compute_dtype``)."""
-    from fulmen.precision import DoublePrecision, HalfPrecision, MixedPrecision, Precision
-
-    def instance_of(module: str, name: str) -> bool:  # a plugin module not imported has made no instance
-        loaded = sys.modules.get(f"fulmen.plugins.precision.{module}")
-        return loaded is not None and isinstance(plugin, getattr(loaded, name))
-
-    if not isinstance(plugin, Precision):
+    the gradient-reduction dtype of FSDP (Lightning Fabric's ``_plugin_to_compute_dtype``). Each precision
+    object answers for itself (``compute_dtype``)."""
+    dtype = getattr(plugin, "compute_dtype", None)
+    if not isinstance(dtype, torch.dtype):
         raise RuntimeError(f"Expected a precision plugin, got {plugin}")
-    if isinstance(plugin, (DoublePrecision, HalfPrecision, MixedPrecision)):
-        return plugin.dtype
-    if instance_of("bitsandbytes", "BitsandbytesPrecision") or instance_of("xla", "XLAPrecision"):
-        return plugin.dtype  # type: ignore[attr-defined]
-    if instance_of("deepspeed", "DeepSpeedPrecision"):
-        return plugin.dtype  # type: ignore[attr-defined]
-    if instance_of("transformer_engine", "TransformerEnginePrecision"):
-        return torch.int8
-    if instance_of("fsdp", "FSDPPrecision"):
-        return plugin.mixed_precision_config.reduce_dtype or torch.float32  # type: ignore[attr-defined]
-    return torch.float32
+    return dtype
 
 
 __all__ = ["get_available_flops", "measure_flops"]

@@ -240,6 +240,12 @@ class AutomaticOptimization:
         """Lightning's optimizer-step trackers, read from the run's counters (``optim_progress.optimizer_steps``)."""
         return OptimizationProgress(self.context.progress)
 
+    @property
+    def step_flags(self) -> dict[str, bool]:
+        """The switches this epoch's plan set, read-only: every boolean attribute by name, without its leading
+        underscore (tests read them all, so that a switch added later cannot go untested)."""
+        return {name.lstrip("_"): value for name, value in vars(self).items() if isinstance(value, bool)}
+
     def plan(self) -> None:
         """Decide, once per epoch, which default hooks the step may run inline instead of dispatching."""
         hooks = self.context.hooks

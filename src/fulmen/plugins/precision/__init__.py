@@ -1,4 +1,5 @@
-"""``lightning.pytorch.plugins.precision``: the precision objects, for ``Trainer(plugins=[...])``.
+"""Lightning's import path ``lightning.pytorch.plugins.precision``: the precision objects, for
+``Trainer(plugins=[...])``.
 
 Those for hardware or packages fulmen does not run (DeepSpeed, XLA, TransformerEngine, bitsandbytes) load
 only when asked for."""

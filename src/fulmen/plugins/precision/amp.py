@@ -1,4 +1,5 @@
-"""``lightning.pytorch.plugins.precision.amp``: the mixed-precision object (``'16-mixed'`` / ``'bf16-mixed'``)."""
+"""Lightning's import path ``lightning.pytorch.plugins.precision.amp``: the mixed-precision object
+(``'16-mixed'`` / ``'bf16-mixed'``)."""
 
 from fulmen.precision import MixedPrecision
 from fulmen.precision import Precision as Precision

@@ -28,6 +28,11 @@ class BitsandbytesPrecision(Precision):
     ``dtype``: the compute dtype; ``ignore_modules``: names (prefixes) of submodules whose Linear layers stay as
     they are."""
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """``dtype``: the dequantized weights compute in it."""
+        return self.dtype
+
     def __init__(
         self, mode: str, dtype: torch.dtype | None = None, ignore_modules: set[str] | None = None
     ) -> None:

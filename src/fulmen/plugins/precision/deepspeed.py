@@ -33,6 +33,11 @@ _INSTEAD = (
 class DeepSpeedPrecision(Precision):
     """``precision``: ``'32-true'``, ``'16-true'``, ``'bf16-true'``, ``'16-mixed'`` or ``'bf16-mixed'``."""
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """``dtype``: this precision's matrix products run in it."""
+        return self.dtype
+
     def __init__(self, precision: str) -> None:
         if precision not in _SUPPORTED:
             raise ValueError(

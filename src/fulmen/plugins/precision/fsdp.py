@@ -36,6 +36,11 @@ class FSDPPrecision(Precision):
     """Full (``32-true``), half (``16-true``, ``bf16-true``) or mixed (``16-mixed``, ``bf16-mixed``) precision for
     FSDP. ``scaler``: the ``ShardedGradScaler`` of ``16-mixed`` (one is made on GPUs when not given)."""
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The gradient-reduction dtype of the mixed-precision config (float32 without one)."""
+        return self.mixed_precision_config.reduce_dtype or torch.float32
+
     def __init__(self, precision: str, scaler: ShardedGradScaler | None = None) -> None:
         if precision not in _SUPPORTED:
             raise ValueError(

@@ -1,4 +1,5 @@
-"""``lightning.pytorch.plugins.precision.half``: the 16-bit true-half precision object (``'16-true'`` / ``'bf16-true'``)."""
+"""Lightning's import path ``lightning.pytorch.plugins.precision.half``: the 16-bit true-half precision object
+(``'16-true'`` / ``'bf16-true'``)."""
 
 from fulmen.precision import HalfPrecision
 from fulmen.precision import Precision as Precision

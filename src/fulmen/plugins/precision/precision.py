@@ -1,4 +1,4 @@
-"""``lightning.pytorch.plugins.precision.precision``: the precision base class."""
+"""Lightning's import path ``lightning.pytorch.plugins.precision.precision``: the precision base class."""
 
 from fulmen.core.hooks import CheckpointHooks as CheckpointHooks
 from fulmen.precision import Precision

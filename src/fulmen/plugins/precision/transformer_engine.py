@@ -28,6 +28,11 @@ class TransformerEnginePrecision(Precision):
 
     name = "transformer-engine"
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """int8: FP8 layers count as 8-bit for the FLOPs table."""
+        return torch.int8
+
     def __init__(
         self,
         *,

@@ -22,6 +22,11 @@ _SUPPORTED = ("32-true", "16-true", "bf16-true")
 class XLAPrecision(Precision):
     """``precision``: ``'32-true'``, ``'16-true'`` or ``'bf16-true'``."""
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """``dtype``: this precision's matrix products run in it."""
+        return self.dtype
+
     def __init__(self, precision: str = "32-true") -> None:
         require_package("torch_xla", "torch_xla>=1.13", "XLAPrecision", XLA_INSTEAD, available=_XLA_AVAILABLE)
         if precision not in _SUPPORTED:

@@ -24,11 +24,11 @@ import torch.multiprocessing as mp
 from torch import Tensor
 
 from fulmen.accelerators.cpu import CPUAccelerator as CPUAccelerator
-from fulmen.strategies.environment import LAUNCHER_VARIABLE
 from fulmen.strategies.launchers.launcher import FOLLOWS_ANOTHER_RANK, _Launcher
 from fulmen.strategies.launchers.subprocess_script import free_port
 from fulmen.utilities.apply_func import apply_to_collection
 from fulmen.utilities.apply_func import move_data_to_device as move_data_to_device
+from fulmen.utilities.cluster_layout import LAUNCHER_VARIABLE
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_debug as rank_zero_debug

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fulmen.strategies.environment import LAUNCHER_VARIABLE, detect
 from fulmen.strategies.launchers.launcher import _Launcher
+from fulmen.utilities.cluster_layout import LAUNCHER_VARIABLE, detect
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _HYDRA_AVAILABLE as _HYDRA_AVAILABLE
 from fulmen.utilities.imports import RequirementCache as RequirementCache

@@ -1,5 +1,5 @@
-"""``lightning.pytorch.trainer.connectors.accelerator_connector``: the Trainer picks its hardware with
-:func:`fulmen.accelerators.select_accelerator`, its strategy with
+"""Lightning's import path ``lightning.pytorch.trainer.connectors.accelerator_connector``: the Trainer picks
+its hardware with :func:`fulmen.accelerators.select_accelerator`, its strategy with
 :func:`fulmen.strategies.factory.select_strategy` and its precision plugin with
 :func:`fulmen.precision.select_precision`."""
 
@@ -32,7 +32,7 @@ from fulmen.strategies.single_device import SingleDeviceStrategy as SingleDevice
 from fulmen.strategies.single_xla import SingleDeviceXLAStrategy as SingleDeviceXLAStrategy
 from fulmen.strategies.strategy import Strategy
 from fulmen.strategies.xla import XLAStrategy as XLAStrategy
-from fulmen.trainer.config import TrainerConfig, parse_flags
+from fulmen.trainer.flags import TrainerConfig, parse_flags
 from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info

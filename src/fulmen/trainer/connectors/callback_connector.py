@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fulmen.callbacks.callback import Callback
+from fulmen.core.hooks import Callback
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.imports import _RICH_AVAILABLE as _RICH_AVAILABLE
 from fulmen.utilities.imports import RequirementCache as RequirementCache
@@ -14,7 +14,7 @@ from fulmen.utilities.model_helpers import is_overridden as is_overridden
 from fulmen.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
-    from fulmen.trainer.config import TrainerConfig
+    from fulmen.trainer.flags import TrainerConfig
     from fulmen.trainer.trainer import Trainer
 
 __all__ = ["attach_model_callbacks", "build_callbacks"]

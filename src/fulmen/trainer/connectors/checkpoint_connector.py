@@ -1,5 +1,6 @@
-"""``lightning.pytorch.trainer.connectors.checkpoint_connector``: what a checkpoint holds and how a run is
-restored from one is :mod:`fulmen.trainer.checkpointing` (the fit loop's part: :mod:`fulmen.loops.resume`)."""
+"""Lightning's import path ``lightning.pytorch.trainer.connectors.checkpoint_connector``: what a checkpoint
+holds and how a run is restored from one is :mod:`fulmen.trainer.checkpointing` (the fit loop's part:
+:mod:`fulmen.loops.resume`)."""
 
 from fulmen.precision import MixedPrecision as MixedPrecision
 from fulmen.runtime.state import TrainerFn as TrainerFn

@@ -1,5 +1,6 @@
-"""``lightning.pytorch.trainer.connectors.data_connector``: where a run's dataloaders come from (arguments, a
-data module or the module) and how many batches count is :class:`fulmen.runtime.data.DataSource`."""
+"""Lightning's import path ``lightning.pytorch.trainer.connectors.data_connector``: where a run's dataloaders
+come from (arguments, a data module or the module) and how many batches count is
+:class:`fulmen.runtime.data.DataSource`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``lightning.pytorch.trainer.connectors.signal_connector``: SIGTERM, SIGUSR1 (SLURM requeue) and Ctrl-C
-during fit are handled by :class:`fulmen.trainer.signals.SignalConnector`.
+"""Lightning's import path ``lightning.pytorch.trainer.connectors.signal_connector``: SIGTERM, SIGUSR1 (SLURM
+requeue) and Ctrl-C during fit are handled by :class:`fulmen.trainer.signals.SignalConnector`.
 
 The trainer's connector is ``_SignalConnector`` (``trainer._signal_connector``), that class with Lightning's
 names: test suites written against Lightning save and restore every signal handler around each test with

@@ -8,10 +8,9 @@ a version newer than the checkpoint's ``pytorch-lightning_version``. A file is u
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases
 from fulmen.utilities.rank_zero import rank_zero_warn
@@ -36,13 +35,27 @@ def _migration_index() -> dict[str, list[Callable[[_CHECKPOINT], _CHECKPOINT]]]:
     }
 
 
-def _callback_class(name: str) -> type:
+# the callbacks whose pre-0.10 state the upgrade moves (ModelCheckpoint, EarlyStopping), by name. They sit above
+# this layer and add themselves when they are defined (`holds_legacy_state`).
+_LEGACY_STATE_OWNERS: dict[str, type] = {}
+
+T = TypeVar("T", bound=type)
+
+
+def holds_legacy_state(cls: T) -> T:
+    """Class decorator: before 0.10, ``cls``'s state was top-level checkpoint keys (see
+    :func:`_migrate_model_checkpoint_early_stopping`)."""
+    _LEGACY_STATE_OWNERS[cls.__name__] = cls
+    return cls
+
+
+def _callback_class(name: str) -> type | str:
     """ModelCheckpoint / EarlyStopping. Before 0.10 their state was top-level keys; it moved under
     ``callbacks``, keyed by the callback's class itself (what the trainer matches a callback's state by when
-    the checkpoint has no newer, string key for it). The callbacks sit above this layer, and only this
-    upgrade of pre-0.10 files needs them, so they are looked up when it runs, never at import."""
-    module = {"ModelCheckpoint": "model_checkpoint", "EarlyStopping": "early_stopping"}[name]
-    return getattr(importlib.import_module(f"fulmen.callbacks.{module}"), name)
+    the checkpoint has no newer, string key for it). A class not defined in this process has no instance to
+    claim the state: the class's name keys it then (the ``upgrade_checkpoint`` command loads both, so the files
+    it writes hold the classes)."""
+    return _LEGACY_STATE_OWNERS.get(name, name)
 
 
 # pre-0.10 top-level key -> (callback, its state key)

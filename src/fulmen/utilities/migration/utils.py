@@ -168,7 +168,7 @@ def _should_upgrade(checkpoint: _CHECKPOINT, target: str, max_version: str | Non
 _LEGACY_ROOTS = ("pytorch_" + "lightning", "lightning.pytorch")
 
 
-def _patch_pl_to_mirror_if_necessary(module: str) -> str:
+def as_fulmen_module(module: str) -> str:
     """``pytorch_lightning.X`` / ``lightning.pytorch.X`` -> ``fulmen.X`` when fulmen has that module (its
     objects are the ones this process uses); any other module name as it is."""
     for root in _LEGACY_ROOTS:
@@ -182,11 +182,14 @@ def _patch_pl_to_mirror_if_necessary(module: str) -> str:
     return module
 
 
+_patch_pl_to_mirror_if_necessary = as_fulmen_module  # Lightning's name
+
+
 class _RedirectingUnpickler(pickle._Unpickler):
     """An unpickler that reads old Lightning objects as fulmen's (see :func:`_patch_pl_to_mirror_if_necessary`)."""
 
     def find_class(self, module: str, name: str) -> Any:
-        target = _patch_pl_to_mirror_if_necessary(module)
+        target = as_fulmen_module(module)
         if target != module and hasattr(importlib.import_module(target), name):
             warnings.warn(f"Redirecting import of {module}.{name} to {target}.{name}", stacklevel=2)
             return super().find_class(target, name)

@@ -1,5 +1,5 @@
-"""``lightning.pytorch.trainer.connectors.logger_connector``: the loggers the Trainer builds
-(:mod:`.logger_connector`), what ``self.log`` stores (:mod:`.result`) and which hooks may log
+"""Lightning's import path ``lightning.pytorch.trainer.connectors.logger_connector``: the loggers the Trainer
+builds (:mod:`.logger_connector`), what ``self.log`` stores (:mod:`.result`) and which hooks may log
 (:mod:`.fx_validator`)."""
 
 from fulmen.trainer.connectors.logger_connector.logger_connector import MetricsHub, build_loggers

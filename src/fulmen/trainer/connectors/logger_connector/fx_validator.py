@@ -1,5 +1,5 @@
-"""``lightning.pytorch.trainer.connectors.logger_connector.fx_validator``: which hooks may call ``self.log``,
-with which ``on_step`` / ``on_epoch`` values and defaults, is checked by
+"""Lightning's import path ``lightning.pytorch.trainer.connectors.logger_connector.fx_validator``: which hooks
+may call ``self.log``, with which ``on_step`` / ``on_epoch`` values and defaults, is checked by
 :meth:`fulmen.runtime.results.ResultCollection.log` when a value is logged (a hook that may not log raises
 ``MisconfigurationException`` naming it)."""
 

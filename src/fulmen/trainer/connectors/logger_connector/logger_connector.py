@@ -1,6 +1,6 @@
-"""``lightning.pytorch.trainer.connectors.logger_connector.logger_connector``: the loggers the Trainer's
-``logger`` flag implies (:func:`build_loggers`); how logged values reach loggers, callbacks and the progress
-bar is :class:`fulmen.runtime.metrics.MetricsHub`."""
+"""Lightning's import path ``lightning.pytorch.trainer.connectors.logger_connector.logger_connector``: the
+loggers the Trainer's ``logger`` flag implies (:func:`build_loggers`); how logged values reach loggers,
+callbacks and the progress bar is :class:`fulmen.runtime.metrics.MetricsHub`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from fulmen.utilities.rank_zero import rank_zero_info as rank_zero_info
 
 if TYPE_CHECKING:
     from fulmen.loggers.logger import Logger
-    from fulmen.trainer.config import TrainerConfig
+    from fulmen.trainer.flags import TrainerConfig
 
 warning_cache = WarningCache()  # Lightning's module-level cache, for code that warns through it
 

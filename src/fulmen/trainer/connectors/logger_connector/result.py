@@ -1,5 +1,6 @@
-"""``lightning.pytorch.trainer.connectors.logger_connector.result``: what ``self.log`` stores is
-:mod:`fulmen.runtime.results` (a :class:`ResultCollection` per stage run, a :class:`ResultMetric` per key)."""
+"""Lightning's import path ``lightning.pytorch.trainer.connectors.logger_connector.result``: what ``self.log``
+stores is :mod:`fulmen.runtime.results` (a :class:`ResultCollection` per stage run, a :class:`ResultMetric`
+per key)."""
 
 from fulmen.runtime.results import _WARNINGS as warning_cache  # noqa: F401  (the cache of self.log's warnings)
 from fulmen.runtime.results import LogMeta, ResultCollection, ResultMetric, to_scalars

@@ -1,4 +1,4 @@
-"""Turn whatever ``configure_optimizers`` returns into optimizers and scheduler configs."""
+"""What ``configure_optimizers`` may return, turned into optimizers and scheduler configs."""
 
 from __future__ import annotations
 
