@@ -375,7 +375,7 @@ def check_fsdp(device: str) -> None:
 
     from tests.strategies.fsdp_model import Wide, indexed_loader
 
-    from fulmen.utilities.distributed_checkpoint import load_consolidated
+    from fulmen.checkpoint.sharded import load_consolidated
 
     processes = torch.cuda.device_count() if device == "cuda" else 2
     name = f"FSDP, {processes} process(es), {'NCCL' if device == 'cuda' else 'gloo'}"
@@ -554,10 +554,10 @@ def check_ecosystem(device: str) -> None:
     import tempfile
 
     from fulmen.callbacks import DeviceStatsMonitor, EMAWeightAveraging, ThroughputMonitor
+    from fulmen.checkpoint import files as checkpoint_io
     from fulmen.loggers import CSVLogger
     from fulmen.plugins import AsyncCheckpointIO
     from fulmen.profilers import PyTorchProfiler
-    from fulmen.utilities import checkpoint_io
 
     with tempfile.TemporaryDirectory() as folder:
         model = MLP()

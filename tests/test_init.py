@@ -55,3 +55,23 @@ def test_info_messages_reach_the_console_as_lightnings_do():
     configured = "import logging\nlogging.basicConfig(format='APP %(message)s', level=logging.INFO)\n" + code
     out = subprocess.run([sys.executable, "-c", configured], capture_output=True, text=True, check=True)
     assert "APP `Trainer.fit` stopped" in out.stderr and out.stderr.count("`Trainer.fit` stopped") == 1
+
+
+def test_fulmen_s_earlier_module_paths_still_import():
+    """A module that moved keeps its earlier path as a name table (no file there), so programs importing it run."""
+    import importlib
+    from pathlib import Path
+
+    from fulmen._removed_paths import MOVED
+
+    root = Path(fulmen.__file__).parent
+    for old, new in MOVED.items():
+        assert not root.joinpath(*old.split(".")[1:]).with_suffix(".py").exists(), old
+        module, home = importlib.import_module(old), importlib.import_module(new)
+        public = [n for n in vars(home) if not n.startswith("__")][:5]
+        assert public and all(getattr(module, n) is getattr(home, n) for n in public), old
+    from fulmen.utilities.checkpoint_io import CorruptCheckpointError as old_name
+
+    from fulmen.checkpoint.files import CorruptCheckpointError
+
+    assert old_name is CorruptCheckpointError

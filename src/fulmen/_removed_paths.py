@@ -4,6 +4,9 @@
 Each path in :data:`PATHS` imports as a small module whose names are :mod:`fulmen._graveyard`'s (the deprecated
 classes, which warn when made, and the removed ones, which raise): no file per path, and nothing loaded until a
 program imports one. ``import fulmen`` installs the finder.
+
+The same finder serves :data:`MOVED`: fulmen's own module paths from before a module got its present home, each a
+small module whose names are the new module's, so a program written against the old path keeps running.
 """
 
 from __future__ import annotations
@@ -30,6 +33,31 @@ PATHS: dict[str, tuple[str, ...]] = {
 }
 
 
+# fulmen's earlier module path -> where that code lives now
+MOVED: dict[str, str] = {
+    "fulmen.utilities.checkpoint_io": "fulmen.checkpoint.files",
+    "fulmen.utilities.distributed_checkpoint": "fulmen.checkpoint.sharded",
+    "fulmen.loops.fit": "fulmen.loops.fit_loop",
+    "fulmen.loops.training_epoch": "fulmen.loops.training_epoch_loop",
+    "fulmen.loops.evaluation": "fulmen.loops.evaluation_loop",
+    "fulmen.loops.fetcher": "fulmen.loops.fetchers",
+    "fulmen.core.optimizers": "fulmen.core.configure_optimizers",
+    "fulmen.trainer.config": "fulmen.trainer.flags",
+    "fulmen.strategies.environment": "fulmen.utilities.cluster_layout",
+}
+
+
+class _MovedPathLoader(importlib.abc.Loader):
+    def exec_module(self, module: ModuleType) -> None:
+        home = MOVED[module.__name__]
+        module.__doc__ = f"fulmen's earlier path of :mod:`{home}`, where this code lives now."
+
+        def __getattr__(name: str) -> object:
+            return getattr(importlib.import_module(home), name)
+
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
+
+
 class _RemovedPathLoader(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         names = PATHS[module.__name__]
@@ -48,12 +76,14 @@ class _RemovedPathFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
+        if fullname in MOVED:
+            return importlib.util.spec_from_loader(fullname, _MovedPathLoader())
         if fullname not in PATHS:
             return None
         return importlib.util.spec_from_loader(fullname, _RemovedPathLoader())
 
 
 def install() -> None:
-    """Serve :data:`PATHS` (once per process)."""
+    """Serve :data:`PATHS` and :data:`MOVED` (once per process)."""
     if not any(isinstance(finder, _RemovedPathFinder) for finder in sys.meta_path):
         sys.meta_path.append(_RemovedPathFinder())

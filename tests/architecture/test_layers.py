@@ -150,6 +150,7 @@ LAYERS = (
     ("fulmen.runtime", "fulmen.strategies"),
     ("fulmen.precision", "fulmen.plugins", "fulmen.accelerators", "fulmen.overrides"),
     ("fulmen.core",),
+    ("fulmen.checkpoint",),
     ("fulmen.utilities",),
 )
 # Within a layer, what a package may still not import (each line says why). A package not named may import its

@@ -8,8 +8,8 @@ import pytest
 
 from fulmen import Trainer
 from fulmen.callbacks import ModelCheckpoint, OnExceptionCheckpoint
+from fulmen.checkpoint import files as checkpoint_io
 from fulmen.demos.boring_classes import BoringModel
-from fulmen.utilities import checkpoint_io
 
 
 class FailsAt(BoringModel):

@@ -11,7 +11,7 @@ from torch import nn
 
 import fulmen
 from fulmen.callbacks import ModelPruning
-from fulmen.utilities import checkpoint_io
+from fulmen.checkpoint import files as checkpoint_io
 from fulmen.utilities.exceptions import MisconfigurationException
 from tests.parity import oracle
 

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import fulmen
 from fulmen.callbacks import EMAWeightAveraging, ModelCheckpoint, WeightAveraging
-from fulmen.utilities import checkpoint_io
+from fulmen.checkpoint import files as checkpoint_io
 from tests.parity import oracle
 
 

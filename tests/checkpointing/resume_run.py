@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import fulmen
 from fulmen.callbacks import Callback, ModelCheckpoint
-from fulmen.utilities import checkpoint_io
+from fulmen.checkpoint import files as checkpoint_io
 
 BATCHES_PER_EPOCH = 13  # 100 samples, batch size 8: the last batch is partial
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from fulmen import LightningDataModule, Trainer
+from fulmen.checkpoint import files as checkpoint_io
 from fulmen.demos.boring_classes import BoringModel
-from fulmen.utilities import checkpoint_io
 
 
 class Color(enum.Enum):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fulmen.utilities import checkpoint_io
+from fulmen.checkpoint import files as checkpoint_io
 
 SCRIPT = Path(__file__).with_name("resume_run.py")
 BATCHES = 13  # per epoch, see resume_run.py

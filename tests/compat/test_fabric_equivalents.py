@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from fulmen.utilities import apply_func, checkpoint_io, cloud_io, throughput
+from fulmen.checkpoint import files as checkpoint_io
+from fulmen.utilities import apply_func, cloud_io, throughput
 from tests.parity import oracle
 
 

@@ -392,7 +392,7 @@ def _signal_handler_check(root: str, patched: Any, tmp_path: Path) -> None:
 
 
 def _fsdp_removes(root: str, patched: Any, tmp_path: Path) -> None:
-    from fulmen.utilities import distributed_checkpoint
+    from fulmen.checkpoint import sharded as distributed_checkpoint
 
     patched.side_effect = distributed_checkpoint.remove
     path = tmp_path / "model.ckpt"

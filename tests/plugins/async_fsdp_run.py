@@ -19,9 +19,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import fulmen
 from fulmen.callbacks import ModelCheckpoint
+from fulmen.checkpoint import sharded as distributed_checkpoint
 from fulmen.plugins import AsyncCheckpointIO
 from fulmen.strategies import FSDPStrategy
-from fulmen.utilities import distributed_checkpoint
 
 
 class Net(fulmen.LightningModule):

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from fulmen import Trainer
+from fulmen.checkpoint import sharded as distributed_checkpoint
 from fulmen.plugins import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
-from fulmen.utilities import distributed_checkpoint
 from tests.plugins.async_kill_run import STEPS
 
 ROOT = Path(__file__).resolve().parents[2]

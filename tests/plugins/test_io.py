@@ -11,9 +11,9 @@ import torch
 
 from fulmen import Trainer
 from fulmen.callbacks import ModelCheckpoint
+from fulmen.checkpoint import files as checkpoint_io
 from fulmen.demos.boring_classes import BoringModel
 from fulmen.plugins import AsyncCheckpointIO, CheckpointIO, MixedPrecision, TorchCheckpointIO
-from fulmen.utilities import checkpoint_io
 from fulmen.utilities.exceptions import MisconfigurationException
 from tests.parity import oracle
 

@@ -334,7 +334,7 @@ def test_a_killed_rank_ends_the_job(tmp_path, launcher):
     """SIGKILL one rank mid-training: every process exits (no hang until the 30-minute process-group timeout),
     the output names the rank, and the checkpoints written before remain loadable. Rank 0 killed in one job,
     rank 1 in another, at the same time."""
-    from fulmen.utilities import checkpoint_io
+    from fulmen.checkpoint import files as checkpoint_io
 
     ports = _free_ports(2)
     jobs = {killed: _killed_rank_job(tmp_path / f"killed{killed}", launcher, killed, ports[killed]) for killed in (0, 1)}

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import fulmen
-from fulmen.utilities import distributed_checkpoint
+from fulmen.checkpoint import sharded as distributed_checkpoint
 from tests import prefetch
 from tests.strategies.fsdp_model import GAN, Wide, gan_loader, indexed_loader
 

@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 import fulmen
+from fulmen.checkpoint import files as checkpoint_io
+from fulmen.checkpoint import sharded as distributed_checkpoint
 from fulmen.strategies import FSDPStrategy, ModelParallelStrategy
 from fulmen.strategies.fsdp import ARGUMENTS
-from fulmen.utilities import checkpoint_io, distributed_checkpoint
 from fulmen.utilities.exceptions import MisconfigurationException
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")

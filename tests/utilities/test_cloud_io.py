@@ -15,9 +15,10 @@ import torch
 
 from fulmen import Trainer
 from fulmen.callbacks import ModelCheckpoint
+from fulmen.checkpoint import files as checkpoint_io
 from fulmen.demos.boring_classes import BoringModel
 from fulmen.loggers import CSVLogger
-from fulmen.utilities import checkpoint_io, cloud_io
+from fulmen.utilities import cloud_io
 
 
 @pytest.fixture

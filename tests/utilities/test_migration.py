@@ -358,3 +358,30 @@ def test_upgrade_refuses_pickled_objects_unless_trusted(tmp_path, monkeypatch, c
         upgrade_checkpoint.main()
     upgraded = torch.load(path, weights_only=False)
     assert upgraded[VERSION] == "2.6.6" and upgraded["loops"]["fit_loop"]["epoch_progress"]
+
+
+def test_pre_0_10_state_is_keyed_by_the_class_only_once_it_is_defined(tmp_path):
+    """The upgrade sits below the callbacks: it finds ModelCheckpoint / EarlyStopping through the classes that
+    registered themselves. In a process that never defined one, no instance can claim the state, so its name
+    keys it; the ``upgrade_checkpoint`` command loads both, so the files it writes hold the classes."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from fulmen.utilities.migration import migrate_checkpoint\n"
+        "ckpt = {'epoch': 0, 'global_step': 0, 'pytorch-lightning_version': '0.9.0', 'state_dict': {},\n"
+        "        'checkpoint_callback_best_model_path': 'a.ckpt', 'early_stop_callback_wait': 2}\n"
+        "assert 'fulmen.callbacks.early_stopping' not in sys.modules\n"
+        "migrated, _ = migrate_checkpoint(ckpt)\n"
+        "print(sorted(k if isinstance(k, str) else k.__name__ + '-class' for k in migrated['callbacks']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")[-2]
+    assert out == "['EarlyStopping', 'ModelCheckpoint']"
+    from fulmen.callbacks import EarlyStopping, ModelCheckpoint
+    from fulmen.utilities.migration import migrate_checkpoint
+
+    ckpt = {"epoch": 0, "global_step": 0, "pytorch-lightning_version": "0.9.0", "state_dict": {},
+            "checkpoint_callback_best_model_path": "a.ckpt", "early_stop_callback_wait": 2}  # fmt: skip
+    migrated, _ = migrate_checkpoint(ckpt)
+    assert set(migrated["callbacks"]) == {EarlyStopping, ModelCheckpoint}

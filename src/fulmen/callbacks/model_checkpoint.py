@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from fulmen.callbacks.checkpoint import Checkpoint
-from fulmen.utilities import cloud_io, distributed_checkpoint
+from fulmen.callbacks.file_naming import _FIELD as _FIELD  # importable from here as before
+from fulmen.callbacks.file_naming import CheckpointFileNaming
+from fulmen.callbacks.save_arguments import check_save_arguments
+from fulmen.checkpoint import sharded as distributed_checkpoint  # noqa: F401  (importable here as before)
+from fulmen.utilities import cloud_io
 from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.migration.migration import holds_legacy_state
@@ -28,7 +32,6 @@ if TYPE_CHECKING:
 
 warning_cache = WarningCache()  # Lightning's module-level cache, for code that warns through it
 
-_FIELD = re.compile(r"\{([^{}:]+)(?::[^{}]*)?\}")
 # Lightning's words (users filter on them) for a step-triggered save under manual optimization
 _MANUAL_STEP_ADVICE = (
     "Using ModelCheckpoint with manual optimization and every_n_train_steps, but no pre-optimization state was "
@@ -50,7 +53,7 @@ _MANUAL_STEP_ADVICE = (
 
 
 @holds_legacy_state  # a pre-0.10 checkpoint's top-level keys hold its state
-class ModelCheckpoint(Checkpoint):
+class ModelCheckpoint(CheckpointFileNaming, Checkpoint):
     CHECKPOINT_JOIN_CHAR = "-"
     CHECKPOINT_EQUALS_CHAR = "="
     CHECKPOINT_NAME_LAST = "last"
@@ -78,40 +81,11 @@ class ModelCheckpoint(Checkpoint):
         # cooperative, as Lightning's: a subclass that also inherits a mixin (finetuning-scheduler's FTSCheckpoint)
         # relies on this call reaching the mixin's __init__
         super().__init__()
-        if mode not in ("min", "max"):
-            raise MisconfigurationException(f"ModelCheckpoint(mode={mode!r}): `mode` can be 'min' or 'max', but got {mode}.")
-        if not isinstance(save_top_k, int) or isinstance(save_top_k, bool) or save_top_k < -1:
-            raise MisconfigurationException(
-                f"ModelCheckpoint(save_top_k={save_top_k!r}) is invalid. Must be >= -1 (-1 keeps every checkpoint)."
-            )
-        if monitor is None and save_top_k not in (-1, 0, 1):
-            raise MisconfigurationException(
-                f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None) is not a valid configuration: without a "
-                "monitored metric there is no "
-                "ranking to keep the top k by. Set monitor='<logged metric>' or save_top_k to -1, 0 or 1."
-            )
-        if save_last not in (None, True, False, "link"):
-            raise MisconfigurationException(
-                f"ModelCheckpoint(save_last={save_last!r}) must be a bool or 'link'."
-            )
-        for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise MisconfigurationException(
-                    f"ModelCheckpoint({name}={value!r}) is invalid. Must be >= 0 (an int), or None."
-                )
-        if train_time_interval is not None and not isinstance(train_time_interval, datetime.timedelta):
-            raise MisconfigurationException(
-                f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be a datetime.timedelta."
-            )
-        set_triggers = [
-            n for n, v in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs),
-                           ("train_time_interval", train_time_interval)) if v
-        ]  # fmt: skip
-        if len(set_triggers) > 1:
-            raise MisconfigurationException(
-                "Combination of parameters every_n_train_steps, every_n_epochs and train_time_interval should be "
-                f"mutually exclusive, but ModelCheckpoint got {', '.join(set_triggers)}. Keep one."
-            )
+        set_triggers = check_save_arguments(
+            monitor=monitor, save_last=save_last, save_top_k=save_top_k, mode=mode,
+            every_n_train_steps=every_n_train_steps, every_n_epochs=every_n_epochs,
+            train_time_interval=train_time_interval,
+        )  # fmt: skip
         cloud_io.check_reachable(dirpath, "ModelCheckpoint(dirpath)")
         self.dirpath: str | None = cloud_io.normalize(dirpath) if dirpath is not None else None
         self.filename = filename
@@ -311,70 +285,6 @@ class ModelCheckpoint(Checkpoint):
         better = torch.lt if self.mode == "min" else torch.gt
         return bool(better(current, self.kth_value.to(current.device)))
 
-    # -- names -----------------------------------------------------------------------------------------
-    def format_checkpoint_name(
-        self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None, prefix: str | None = None
-    ) -> str:
-        """The file path for ``metrics``: ``'{epoch}-{val_loss:.2f}'`` -> ``epoch=3-val_loss=0.12.ckpt``; a
-        ``prefix`` (even ``""``) is joined in front with ``CHECKPOINT_JOIN_CHAR``."""
-        name = self._format_template(filename or self.filename, metrics, prefix)
-        if ver is not None:
-            name = self.CHECKPOINT_JOIN_CHAR.join((name, f"v{ver}"))
-        name += self.FILE_EXTENSION
-        return cloud_io.join(self.dirpath, name) if self.dirpath else name
-
-    def _format_template(self, template: str | None, metrics: dict[str, Any], prefix: str | None) -> str:
-        template = template or "{epoch}" + self.CHECKPOINT_JOIN_CHAR + "{step}"
-        names = _FIELD.findall(template)
-        if self.auto_insert_metric_name:
-            for name in sorted(set(names), key=len, reverse=True):
-                template = re.sub(
-                    r"\{" + re.escape(name) + r"(?=[:}])",
-                    name + self.CHECKPOINT_EQUALS_CHAR + "{" + name,
-                    template,
-                )
-        values: dict[str, Any] = {}
-        for i, name in enumerate(names):
-            value = metrics.get(name, 0)
-            if isinstance(value, torch.Tensor):
-                value = value.item()
-            key = f"__f{i}"
-            values[key] = value
-            template = re.sub(r"\{" + re.escape(name) + r"(?=[:}])", "{" + key, template, count=1)
-        name = template.format(**values)
-        return self.CHECKPOINT_JOIN_CHAR.join((prefix, name)) if prefix is not None else name
-
-    def file_exists(self, filepath: str | Path, trainer: "Trainer") -> bool:
-        """Whether ``filepath`` exists, as global rank 0 sees it: every rank gets rank 0's answer (a
-        collective under several processes), so all of them choose the same file names."""
-        local_decision = cloud_io.exists(filepath) if trainer.is_global_zero else False
-        return trainer.strategy.reduce_boolean_decision(local_decision, all=False)
-
-    def _versioned_path(
-        self, trainer: "Trainer", metrics: dict[str, Any], filename: str | None, keep: str | None
-    ) -> str:
-        """``format_checkpoint_name``, adding ``-vN`` while the name belongs to an unrelated file."""
-        path = self.format_checkpoint_name(metrics, filename)
-        if not self._enable_version_counter:
-            return path
-        version = self.STARTING_VERSION
-        while self.file_exists(path, trainer) and path != keep:
-            path = self.format_checkpoint_name(metrics, filename, ver=version)
-            version += 1
-        return path
-
-    def find_last_checkpoints(self, trainer: "Trainer") -> list[str]:
-        """Files named like this callback's last checkpoints in ``dirpath`` (for ``ckpt_path="last"``)."""
-        if self.dirpath is None:
-            return []
-        stem, ext = self.CHECKPOINT_NAME_LAST, self.FILE_EXTENSION
-        if not cloud_io.is_remote(self.dirpath):
-            distributed_checkpoint.recover_all(self.dirpath)  # a sharded `last` a kill left aside while replacing
-        names = [n for n in cloud_io.listdir(self.dirpath)
-                 if n.endswith(ext) and stem in n[: -len(ext)] and not n.startswith(".")]  # fmt: skip
-        # a sharded checkpoint is a directory; a hidden name is one being written or replaced
-        return [p for p in (cloud_io.join(self.dirpath, n) for n in names) if cloud_io.exists(p)]
-
     # -- saving ----------------------------------------------------------------------------------------
     def _monitor_candidates(self, trainer: "Trainer") -> dict[str, Any]:
         candidates = dict(trainer.callback_metrics)
@@ -529,17 +439,6 @@ class ModelCheckpoint(Checkpoint):
         if real in {cloud_io.normalize(p) for p in (self.best_model_path, last) if p}:
             return
         trainer.strategy.remove_checkpoint(path)  # through its CheckpointIO: after a pending async save
-
-    # -- paths -----------------------------------------------------------------------------------------
-    def _default_dirpath(self, trainer: "Trainer") -> str:
-        """``<save_dir>/<name>/<version>/checkpoints`` of the first logger, else ``<default_root_dir>/checkpoints``."""
-        if trainer.loggers:
-            logger = trainer.loggers[0]
-            save_dir = logger.save_dir or trainer.default_root_dir
-            version = logger.version
-            version = version if isinstance(version, str) else f"version_{version}"
-            return cloud_io.join(save_dir, str(logger.name or ""), version, "checkpoints")
-        return cloud_io.join(trainer.default_root_dir, "checkpoints")
 
     def to_yaml(self, filepath: str | Path | None = None) -> None:
         import yaml

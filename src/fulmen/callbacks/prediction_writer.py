@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from fulmen.checkpoint import files as checkpoint_io
 from fulmen.core.hooks import Callback
-from fulmen.utilities import checkpoint_io, cloud_io
+from fulmen.utilities import cloud_io
 from fulmen.utilities.apply_func import apply_to_collection
 from fulmen.utilities.enums import LightningEnum
 from fulmen.utilities.exceptions import MisconfigurationException

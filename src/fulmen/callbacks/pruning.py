@@ -35,6 +35,58 @@ _GLOBAL_METHODS: dict[str, type[prune.BasePruningMethod]] = {
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
+_Resolved = tuple[Callable[..., Any], str, type[prune.BasePruningMethod] | None, dict[str, Any]]
+
+
+def _resolve_pruning_fn(
+    pruning_fn: Callable[..., Any] | str, use_global_unstructured: bool, pruning_dim: int | None,
+    pruning_norm: int | None,
+) -> _Resolved:
+    """``ModelPruning``'s ``pruning_fn`` checked against its other arguments: (the function that prunes one
+    parameter, its name, the ``BasePruningMethod`` that ranks all parameters together when global, the keyword
+    arguments of a structured method)."""
+    if isinstance(pruning_fn, str):
+        return _resolve_named(pruning_fn, use_global_unstructured, pruning_dim, pruning_norm)
+    if isinstance(pruning_fn, type) and issubclass(pruning_fn, prune.BasePruningMethod):
+        return pruning_fn.apply, pruning_fn.__name__, pruning_fn, {}
+    if callable(pruning_fn):
+        if use_global_unstructured:
+            raise MisconfigurationException(
+                "ModelPruning with use_global_unstructured=True needs pruning_fn to be a string or a "
+                f"BasePruningMethod subclass; got {pruning_fn!r}."
+            )
+        return pruning_fn, getattr(pruning_fn, "__name__", repr(pruning_fn)), None, {}
+    raise MisconfigurationException(f"ModelPruning(pruning_fn={pruning_fn!r}) must be a string or a callable.")
+
+
+def _resolve_named(
+    pruning_fn: str, use_global_unstructured: bool, pruning_dim: int | None, pruning_norm: int | None
+) -> _Resolved:
+    """A ``pruning_fn`` given by name (``"l1_unstructured"`` ...): see ``_resolve_pruning_fn``."""
+    key = pruning_fn.lower()
+    if key not in _FUNCTIONS:
+        raise MisconfigurationException(
+            f"ModelPruning(pruning_fn={pruning_fn!r}) is not supported. Use one of {sorted(_FUNCTIONS)}, a "
+            "function of torch.nn.utils.prune, or a BasePruningMethod subclass."
+        )
+    kwargs: dict[str, Any] = {}
+    if key.endswith("_structured"):
+        if use_global_unstructured:
+            raise MisconfigurationException(
+                f"ModelPruning(pruning_fn={pruning_fn!r}, use_global_unstructured=True): global pruning ranks "
+                "single values, so only unstructured methods work. Set use_global_unstructured=False."
+            )
+        if pruning_dim is None:
+            raise MisconfigurationException(f"ModelPruning(pruning_fn={pruning_fn!r}) needs pruning_dim=.")
+        kwargs["dim"] = pruning_dim
+        if key == "ln_structured":
+            if pruning_norm is None:
+                raise MisconfigurationException("ModelPruning(pruning_fn='ln_structured') needs pruning_norm=.")
+            kwargs["n"] = pruning_norm
+    global_method = _GLOBAL_METHODS[key] if use_global_unstructured else None
+    return _FUNCTIONS[key], key, global_method, kwargs
+
+
 class ModelPruning(Callback):
     """Prune ``parameters_to_prune`` (``(module, "weight" | "bias")`` pairs; default: every such parameter
     of the model) at the end of each training epoch (or validation epoch, ``prune_on_train_epoch_end=False``).
@@ -79,46 +131,10 @@ class ModelPruning(Callback):
                 raise MisconfigurationException(
                     f"ModelPruning(parameter_names={self._parameter_names!r}): {name!r} is neither 'weight' nor 'bias'."
                 )
-        self._global_method: type[prune.BasePruningMethod] | None = None
-        self._kwargs: dict[str, Any] = {}
-        if isinstance(pruning_fn, str):
-            key = pruning_fn.lower()
-            if key not in _FUNCTIONS:
-                raise MisconfigurationException(
-                    f"ModelPruning(pruning_fn={pruning_fn!r}) is not supported. Use one of {sorted(_FUNCTIONS)}, a "
-                    "function of torch.nn.utils.prune, or a BasePruningMethod subclass."
-                )
-            if key.endswith("_structured"):
-                if use_global_unstructured:
-                    raise MisconfigurationException(
-                        f"ModelPruning(pruning_fn={pruning_fn!r}, use_global_unstructured=True): global pruning ranks "
-                        "single values, so only unstructured methods work. Set use_global_unstructured=False."
-                    )
-                if pruning_dim is None:
-                    raise MisconfigurationException(f"ModelPruning(pruning_fn={pruning_fn!r}) needs pruning_dim=.")
-                self._kwargs["dim"] = pruning_dim
-                if key == "ln_structured":
-                    if pruning_norm is None:
-                        raise MisconfigurationException("ModelPruning(pruning_fn='ln_structured') needs pruning_norm=.")
-                    self._kwargs["n"] = pruning_norm
-            if use_global_unstructured:
-                self._global_method = _GLOBAL_METHODS[key]
-            self._pruning_fn: Callable[..., Any] = _FUNCTIONS[key]
-            self._fn_name = key
-        elif isinstance(pruning_fn, type) and issubclass(pruning_fn, prune.BasePruningMethod):
-            self._global_method = pruning_fn
-            self._pruning_fn = pruning_fn.apply
-            self._fn_name = pruning_fn.__name__
-        elif callable(pruning_fn):
-            if use_global_unstructured:
-                raise MisconfigurationException(
-                    "ModelPruning with use_global_unstructured=True needs pruning_fn to be a string or a "
-                    f"BasePruningMethod subclass; got {pruning_fn!r}."
-                )
-            self._pruning_fn = pruning_fn
-            self._fn_name = getattr(pruning_fn, "__name__", repr(pruning_fn))
-        else:
-            raise MisconfigurationException(f"ModelPruning(pruning_fn={pruning_fn!r}) must be a string or a callable.")
+        self._pruning_fn: Callable[..., Any]
+        self._pruning_fn, self._fn_name, self._global_method, self._kwargs = _resolve_pruning_fn(
+            pruning_fn, use_global_unstructured, pruning_dim, pruning_norm
+        )
         if isinstance(amount, bool) or not (isinstance(amount, (int, float)) or callable(amount)):
             raise MisconfigurationException(
                 f"ModelPruning(amount={amount!r}) must be an int (a count), a float (a fraction) or a function of "

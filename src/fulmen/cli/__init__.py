@@ -88,7 +88,6 @@ from fulmen.callbacks.callback import Callback as Callback
 from fulmen.core.datamodule import LightningDataModule as LightningDataModule
 from fulmen.core.module import LightningModule as LightningModule
 from fulmen.trainer.trainer import Trainer as Trainer
-from fulmen.utilities import checkpoint_io as checkpoint_io
 from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.curves import plot_run as plot_run
 from fulmen.utilities.exceptions import MisconfigurationException as MisconfigurationException

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
         argv = [a for a in argv if a != "--no-weights-only"]
         if len(argv) != 3:
             raise SystemExit("usage: fulmen consolidate SHARDED_CHECKPOINT_DIR OUTPUT.ckpt [--no-weights-only]")
-        from fulmen.utilities.distributed_checkpoint import consolidate
+        from fulmen.checkpoint.sharded import consolidate
 
         checkpoint = consolidate(argv[1], argv[2], weights_only=not trusted)
         print(f"Wrote {argv[2]}: {len(checkpoint.get('state_dict', {}))} tensors of the model, "

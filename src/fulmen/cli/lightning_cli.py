@@ -16,6 +16,7 @@ from torch.optim import Optimizer
 
 from fulmen import __version__
 from fulmen.callbacks.callback import Callback
+from fulmen.checkpoint import files as checkpoint_io
 from fulmen.cli.instantiate import (
     _INSTANTIATOR,
     _configurable,
@@ -37,7 +38,6 @@ from fulmen.cli.subcommands import predict_and_report, report_fit, tune_and_repo
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.trainer.trainer import Trainer
-from fulmen.utilities import checkpoint_io
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import rank_zero_warn

@@ -145,53 +145,70 @@ def _check_optimizer_dict(d: Mapping[str, Any]) -> None:
 
 def scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False) -> LRSchedulerConfig:
     """One scheduler entry (a scheduler, or its dict) as a checked config; ``monitor``: the top-level one."""
-    if isinstance(scheduler, Mapping) and manual:
-        # `interval` is kept (a callback may read it); these decide when fulmen steps, which it does not here
-        ignored = sorted(set(scheduler) & {"frequency", "monitor", "strict", "reduce_on_plateau"})
-        if ignored:
-            rank_zero_warn(
-                f"The lr scheduler dict contains the key(s) {ignored}, but the keys will be ignored: in manual "
-                "optimization call `self.lr_schedulers()` and `.step()` them in training_step when you want.",
-                category=RuntimeWarning,
-            )
     if isinstance(scheduler, Mapping):
-        if "scheduler" not in scheduler:
-            raise MisconfigurationException(
-                f'The lr scheduler dict must have the key "scheduler"; got keys {sorted(scheduler)}. Use '
-                "{'scheduler': scheduler, 'interval': 'epoch' | 'step', 'frequency': 1, 'monitor': ...}."
-            )
-        extra = set(scheduler) - _SCHEDULER_KEYS - {"opt_idx"}
-        if extra:
-            rank_zero_warn(
-                f"Found unsupported keys in the lr scheduler dict: {_as_set(extra)}. They are ignored. "
-                f"Supported keys: {sorted(_SCHEDULER_KEYS)}.",
-                category=RuntimeWarning,
-            )
-        interval = scheduler.get("interval", "epoch")
-        if interval not in ("step", "epoch"):
-            raise MisconfigurationException(
-                f'The "interval" key in lr scheduler dict must be "step" or "epoch", but is {interval!r}.'
-            )
-        frequency = scheduler.get("frequency", 1)
-        if not isinstance(frequency, int) or isinstance(frequency, bool) or frequency < 1:
-            raise MisconfigurationException(
-                f"The lr scheduler dict has frequency={frequency!r}; it must be an int >= 1."
-            )
-        sched = scheduler["scheduler"]
-        config = LRSchedulerConfig(
-            scheduler=sched,
-            name=scheduler.get("name"),
-            interval=interval,
-            frequency=frequency,
-            reduce_on_plateau=scheduler.get("reduce_on_plateau", _is_plateau(sched)),
-            monitor=scheduler.get("monitor", monitor),
-            strict=scheduler.get("strict", True),
-            opt_idx=scheduler.get("opt_idx"),
-        )
+        if manual:
+            _warn_manual_keys_ignored(scheduler)
+        config = _config_from_dict(scheduler, monitor)
     else:
         config = LRSchedulerConfig(
             scheduler=scheduler, reduce_on_plateau=_is_plateau(scheduler), monitor=monitor
         )
+    _check_config(config, manual)
+    return config
+
+
+def _warn_manual_keys_ignored(scheduler: Mapping[str, Any]) -> None:
+    # `interval` is kept (a callback may read it); these decide when fulmen steps, which it does not here
+    ignored = sorted(set(scheduler) & {"frequency", "monitor", "strict", "reduce_on_plateau"})
+    if ignored:
+        rank_zero_warn(
+            f"The lr scheduler dict contains the key(s) {ignored}, but the keys will be ignored: in manual "
+            "optimization call `self.lr_schedulers()` and `.step()` them in training_step when you want.",
+            category=RuntimeWarning,
+        )
+
+
+def _config_from_dict(scheduler: Mapping[str, Any], monitor: str | None) -> LRSchedulerConfig:
+    """A scheduler dict's keys checked (``scheduler`` required, ``interval``, ``frequency``) and turned into
+    a config; ``monitor``: the top-level one, for a dict without its own."""
+    if "scheduler" not in scheduler:
+        raise MisconfigurationException(
+            f'The lr scheduler dict must have the key "scheduler"; got keys {sorted(scheduler)}. Use '
+            "{'scheduler': scheduler, 'interval': 'epoch' | 'step', 'frequency': 1, 'monitor': ...}."
+        )
+    extra = set(scheduler) - _SCHEDULER_KEYS - {"opt_idx"}
+    if extra:
+        rank_zero_warn(
+            f"Found unsupported keys in the lr scheduler dict: {_as_set(extra)}. They are ignored. "
+            f"Supported keys: {sorted(_SCHEDULER_KEYS)}.",
+            category=RuntimeWarning,
+        )
+    interval = scheduler.get("interval", "epoch")
+    if interval not in ("step", "epoch"):
+        raise MisconfigurationException(
+            f'The "interval" key in lr scheduler dict must be "step" or "epoch", but is {interval!r}.'
+        )
+    frequency = scheduler.get("frequency", 1)
+    if not isinstance(frequency, int) or isinstance(frequency, bool) or frequency < 1:
+        raise MisconfigurationException(
+            f"The lr scheduler dict has frequency={frequency!r}; it must be an int >= 1."
+        )
+    sched = scheduler["scheduler"]
+    return LRSchedulerConfig(
+        scheduler=sched,
+        name=scheduler.get("name"),
+        interval=interval,
+        frequency=frequency,
+        reduce_on_plateau=scheduler.get("reduce_on_plateau", _is_plateau(sched)),
+        monitor=scheduler.get("monitor", monitor),
+        strict=scheduler.get("strict", True),
+        opt_idx=scheduler.get("opt_idx"),
+    )
+
+
+def _check_config(config: LRSchedulerConfig, manual: bool) -> None:
+    """What a config must satisfy whatever its form: a warning for OneCycleLR stepped per epoch, a monitor for
+    ReduceLROnPlateau and a ``step()`` (both not needed in manual optimization, which steps it itself)."""
     if config.interval == "epoch" and isinstance(config.scheduler, OneCycleLR):
         # OneCycleLR's total_steps count optimizer steps: stepped per epoch it barely moves
         rank_zero_warn(
@@ -211,7 +228,6 @@ def scheduler_config(scheduler: Any, monitor: str | None, manual: bool = False) 
             "no .step(). Pass a torch.optim.lr_scheduler object (or any object with step() and optimizer), or "
             "step it yourself under manual optimization."
         )
-    return config
 
 
 def _as_set(keys: set[str]) -> str:

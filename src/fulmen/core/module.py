@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import numbers
+# the `X as X` imports of contextlib, copy, numbers, Mapping, BytesIO, Literal and nn only keep these names
+# importable from here, as before the export and logging code moved to core/export.py and core/metric_logging.py
+import contextlib as contextlib
+import copy as copy
+import numbers as numbers
 import weakref
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
+from collections.abc import Mapping as Mapping
 from contextlib import contextmanager
-from io import BytesIO
+from io import BytesIO as BytesIO
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+from typing import Literal as Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
+from torch import nn as nn
 from torch.optim import Optimizer
 
+from fulmen.core.export import ExportMixin, jit_scripting
+from fulmen.core.export import jit_tracing as jit_tracing  # where the TensorBoard logger finds it
 from fulmen.core.hooks import CheckpointHooks, DataHooks, ModelHooks
+from fulmen.core.metric_logging import MetricLoggingMixin
 from fulmen.core.mixins import DeviceDtypeModuleMixin, HyperparametersMixin
 from fulmen.core.optimizer import LightningOptimizer, unwrap_optimizer
 from fulmen.core.saving import load_from_checkpoint, restricted_classmethod
@@ -44,23 +52,12 @@ if TYPE_CHECKING:
 warning_cache = WarningCache()  # Lightning's module-level cache, for code that warns through it
 
 
-_SCRIPTING = False  # torch.jit is reading every attribute of the module (see jit_tracing)
-
-
-@contextmanager
-def jit_tracing() -> Generator[None, None, None]:
-    """While ``torch.jit`` (script, trace, TensorBoard's ``add_graph``) reads every attribute of a module,
-    ``module.trainer`` is None instead of an error for a module not attached to a trainer."""
-    global _SCRIPTING
-    previous, _SCRIPTING = _SCRIPTING, True
-    try:
-        yield
-    finally:
-        _SCRIPTING = previous
-
-
 @defines_default_hooks
-class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, DataHooks, CheckpointHooks):
+class LightningModule(
+    # the mixins first: their methods were defined on this class, before every other base's
+    ExportMixin, MetricLoggingMixin, DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, DataHooks,
+    CheckpointHooks,
+):
     """Organise a PyTorch model's training code: steps, optimizers and hooks.
 
     Subclass it, implement ``training_step`` and ``configure_optimizers`` (plus the other steps you need),
@@ -76,7 +73,7 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     strict_loading: bool = True
 
     # properties torch.jit.script must not compile (they reach the trainer, hparams ...); scripting also
-    # reads every attribute once, hence `trainer` not raising while _SCRIPTING
+    # reads every attribute once, hence `trainer` not raising under jit_tracing
     __jit_unused_properties__: list[str] = [
         "example_input_array", "on_gpu", "current_epoch", "global_step", "global_rank", "local_rank", "logger",
         "loggers", "automatic_optimization", "trainer", "device", "dtype", "hparams", "hparams_initial",
@@ -137,7 +134,7 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     def trainer(self) -> Trainer:
         if self._fabric is not None:  # set up with a Lightning Fabric: `self.trainer.x` reads the Fabric's x
             return _TrainerFabricShim(self._fabric)  # type: ignore[return-value]
-        if self._trainer is None and not _SCRIPTING:
+        if self._trainer is None and not jit_scripting():
             raise RuntimeError(f"{type(self).__name__} is not attached to a `Trainer`.")
         return self._trainer  # type: ignore[return-value]  # None only while torch.jit reads attributes
 
@@ -171,14 +168,6 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
     @automatic_optimization.setter
     def automatic_optimization(self, value: bool) -> None:
         self._automatic_optimization = value
-
-    @property
-    def example_input_array(self) -> Any:
-        return self._example_input_array
-
-    @example_input_array.setter
-    def example_input_array(self, example: Any) -> None:
-        self._example_input_array = example
 
     @property
     def current_epoch(self) -> int:
@@ -413,132 +402,6 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         else:
             scheduler.step(metric)
 
-    # -- logging ----------------------------------------------------------------------------------------
-    def log(
-        self,
-        name: str,
-        value: Any,
-        prog_bar: bool = False,
-        logger: bool | None = None,
-        on_step: bool | None = None,
-        on_epoch: bool | None = None,
-        reduce_fx: Any = "mean",
-        enable_graph: bool = False,
-        sync_dist: bool = False,
-        sync_dist_group: Any | None = None,
-        add_dataloader_idx: bool = True,
-        batch_size: int | None = None,
-        metric_attribute: str | None = None,
-        rank_zero_only: bool = False,
-    ) -> None:
-        """Record ``value`` under ``name`` for callbacks, loggers and the progress bar.
-
-        In training-batch hooks it defaults to per-step values (``on_step=True, on_epoch=False``); in
-        validation/test and epoch hooks to an epoch aggregate (``reduce_fx``, weighted by ``batch_size``).
-        """
-        if self._fabric is not None:
-            self._log_dict_through_fabric({name: value}, logger=logger)
-            return
-        trainer = self._trainer
-        if trainer is None:
-            rank_zero_warn(
-                f"self.log({name!r}) was called on a module that is not attached to a Trainer; the value "
-                "is dropped. Log from inside the trainer's hooks."
-            )
-            return
-        results = trainer.run_context.results
-        fx = self._current_fx_name
-        if results is None or fx is None:
-            raise MisconfigurationException(
-                f"self.log({name!r}) was called in `{fx}`, where logging is not supported. Log from a step "
-                "or an epoch/batch hook instead (e.g. training_step, on_train_epoch_end)."
-            )
-        if not isinstance(name, str):
-            raise MisconfigurationException(f"self.log(name={name!r}): the name must be a str.")
-        if "/dataloader_idx_" in name:  # the suffix is fulmen's to add: it would clash with the real one
-            raise MisconfigurationException(
-                f"You called `self.log` with the key `{name}`, but a key should not contain the dataloader index: "
-                "it is added (`/dataloader_idx_N`) when several dataloaders run. Log under a name without it."
-            )
-        if logger is None:
-            logger = True
-        if metric_attribute is None and isinstance(value, nn.Module) and callable(getattr(value, "compute", None)):
-            metric_attribute = self._metric_attribute(name, value)
-        results.log(
-            fx, name, value, self._device, prog_bar=prog_bar, logger=logger, on_step=on_step,
-            on_epoch=on_epoch, reduce_fx=reduce_fx, enable_graph=enable_graph, sync_dist=sync_dist,
-            sync_dist_group=sync_dist_group, add_dataloader_idx=add_dataloader_idx, batch_size=batch_size,
-            metric_attribute=metric_attribute, rank_zero_only=rank_zero_only,
-        )  # fmt: skip
-
-    def _metric_attribute(self, name: str, metric: nn.Module) -> str:
-        """The attribute holding a logged torchmetrics ``Metric``: it must be one of the module's, so that it
-        moves to the module's device and its state is the module's (found once per metric, then cached)."""
-        cache: dict[int, str] = self.__dict__.setdefault("_metric_attributes", {})
-        found = cache.get(id(metric))
-        if found is not None:  # an id may be reused after a metric is freed: check it still names this one
-            with contextlib.suppress(AttributeError):
-                if self.get_submodule(found) is metric:
-                    return found
-        for attribute, module in self.named_modules():
-            if module is metric:
-                cache[id(metric)] = attribute
-                return attribute
-        metrics = sorted(n for n, m in self.named_modules() if n and callable(getattr(m, "compute", None)))
-        if metrics:
-            raise MisconfigurationException(
-                f"Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged as {name!r}. "
-                f"You can fix this by calling `self.log({name}, ..., metric_attribute=name)` where `name` is one of "
-                f"{metrics}, or by setting the logged metric as an attribute."
-            )
-        raise MisconfigurationException(
-            f"Could not find the `LightningModule` attribute for the `torchmetrics.Metric` logged as {name!r}: a "
-            "metric must belong to the module (to move to its device and keep its state). You can fix this by "
-            "setting an attribute for the metric in your `LightningModule`, e.g. `self.acc = Accuracy(...)` in "
-            "`__init__`, and logging `self.acc`."
-        )
-
-    def log_dict(
-        self,
-        dictionary: Mapping[str, Any],
-        prog_bar: bool = False,
-        logger: bool | None = None,
-        on_step: bool | None = None,
-        on_epoch: bool | None = None,
-        reduce_fx: Any = "mean",
-        enable_graph: bool = False,
-        sync_dist: bool = False,
-        sync_dist_group: Any | None = None,
-        add_dataloader_idx: bool = True,
-        batch_size: int | None = None,
-        rank_zero_only: bool = False,
-    ) -> None:
-        """``self.log`` for every item of ``dictionary`` with the same options."""
-        if self._fabric is not None:
-            self._log_dict_through_fabric(dictionary, logger=logger)
-            return
-        for name, value in dictionary.items():
-            self.log(
-                name, value, prog_bar=prog_bar, logger=logger, on_step=on_step, on_epoch=on_epoch,
-                reduce_fx=reduce_fx, enable_graph=enable_graph, sync_dist=sync_dist,
-                sync_dist_group=sync_dist_group, add_dataloader_idx=add_dataloader_idx,
-                batch_size=batch_size, rank_zero_only=rank_zero_only,
-            )  # fmt: skip
-
-    def _log_dict_through_fabric(self, dictionary: Mapping[str, Any], logger: bool | None = None) -> None:
-        """``fabric.log_dict(metrics=dictionary)`` (nothing with ``logger=False``: there is nowhere else to log)."""
-        if logger is False:
-            return
-        if any(isinstance(v, dict) for v in dictionary.values()):
-            raise ValueError(f"`self.log_dict({dictionary})` was called, but nested dictionaries cannot be logged")
-        for name, value in dictionary.items():
-            if not isinstance(value, (numbers.Number, Tensor)):
-                raise ValueError(
-                    f"`self.log({name}, {value})` was called, but `{type(value).__name__}` values cannot be logged"
-                )
-        assert self._fabric is not None
-        self._fabric.log_dict(metrics=dictionary)
-
     # -- misc -------------------------------------------------------------------------------------------
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on global rank zero only, without breaking the progress bar."""
@@ -551,7 +414,7 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         else:
             print(*args, **kwargs)
 
-    # -- collectives and export ----------------------------------------------------------------------------
+    # -- collectives ---------------------------------------------------------------------------------
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Gather ``data`` (a tensor, number, or a dict / list / tuple of them) from every process: each
         tensor gains a leading dimension of size world_size. On one process the values come back unchanged
@@ -571,126 +434,6 @@ class LightningModule(DeviceDtypeModuleMixin, HyperparametersMixin, ModelHooks, 
         return apply_to_collection(
             data, Tensor, lambda t: strategy.all_gather(t, group=group, sync_grads=sync_grads)
         )
-
-    def _export_input(self, given: Any, method: str) -> Any:
-        sample = given if given is not None else self.example_input_array
-        if sample is None:
-            raise ValueError(
-                f"{method} needs an example input: pass it ({'input_sample' if method == 'to_onnx' else 'example_inputs'}=...) "
-                "or set `self.example_input_array` in your module's __init__."
-            )
-        return apply_to_collection(sample, Tensor, lambda t: t.to(self.device))
-
-    @torch.no_grad()
-    def to_onnx(self, file_path: str | Path | Any = None, input_sample: Any = None, **kwargs: Any) -> Any:
-        """Export to ONNX with ``torch.onnx.export`` (in eval mode, restored after). ``input_sample``
-        defaults to ``example_input_array``; ``kwargs`` go to ``torch.onnx.export`` (``dynamo=``,
-        ``dynamic_shapes=``, ``input_names=`` ...). Returns what the exporter returns (an ``ONNXProgram``
-        from torch's dynamo exporter, the default in recent torch)."""
-        sample = self._export_input(input_sample, "to_onnx")
-        args = sample if isinstance(sample, tuple) else (sample,)
-        was_training = self.training
-        self.eval()
-        try:
-            return torch.onnx.export(self, args, file_path, **kwargs)
-        finally:
-            self.train(was_training)
-
-    @torch.no_grad()
-    def to_torchscript(
-        self, file_path: str | Path | None = None, method: str | None = "script", example_inputs: Any = None,
-        **kwargs: Any,
-    ) -> Any:  # fmt: skip
-        """A TorchScript module from ``torch.jit.script`` (``method="script"``) or ``torch.jit.trace``
-        (``"trace"``, with ``example_inputs`` or ``example_input_array``), made in eval mode; saved with
-        ``torch.jit.save`` when ``file_path`` is given. Deprecated, with Lightning's warning: TorchScript is
-        deprecated in PyTorch (``to_onnx`` or ``torch.export.export`` instead)."""
-        rank_zero_deprecation(
-            "`LightningModule.to_torchscript` has been deprecated in v2.7 and will be removed in v2.8. "
-            "TorchScript is deprecated in PyTorch. Use `torch.export.export()` for model exporting instead. "
-            "See https://pytorch.org/docs/stable/export.html for more information."
-        )
-        if method not in ("script", "trace"):
-            raise ValueError(
-                f"to_torchscript(method={method!r}): choose 'script' (compile the code) or 'trace' (record one "
-                "run on example inputs)."
-            )
-        sample = self._export_input(example_inputs, "to_torchscript") if method == "trace" else None
-        was_training = self.training
-        self.eval()
-        try:
-            with jit_tracing():
-                if method == "script":
-                    scripted = torch.jit.script(self, **kwargs)
-                else:
-                    scripted = torch.jit.trace(self, example_inputs=sample, **kwargs)
-        finally:
-            self.train(was_training)
-        if file_path is not None:
-            torch.jit.save(scripted, file_path)
-        return scripted
-
-    @torch.no_grad()
-    def to_tensorrt(
-        self,
-        file_path: str | Path | BytesIO | None = None,
-        input_sample: Any | None = None,
-        ir: Literal["default", "dynamo", "ts"] = "default",
-        output_format: Literal["exported_program", "torchscript"] = "exported_program",
-        retrace: bool = False,
-        default_device: str | torch.device = "cuda",
-        **compile_kwargs: Any,
-    ) -> Any:
-        """Compile with ``torch_tensorrt.compile`` (in eval mode, on a CUDA device: ``default_device`` when the
-        module is elsewhere; mode and device restored after) and return the compiled module; saved to
-        ``file_path`` when given (``ir="ts"``: with ``torch.jit.save``, as ``output_format="torchscript"``).
-        ``input_sample`` defaults to ``example_input_array`` and goes through the batch-transfer hooks;
-        ``compile_kwargs`` go to ``torch_tensorrt.compile``.
-
-        Raises:
-            ModuleNotFoundError: ``torch_tensorrt`` is not installed.
-            MisconfigurationException: neither the module nor ``default_device`` is on a CUDA device.
-            ValueError: no input sample, or ``ir="ts"`` with another ``output_format``.
-        """
-        if not _TORCH_TRT_AVAILABLE:
-            raise ModuleNotFoundError(f"`{type(self).__name__}.to_tensorrt` requires `torch_tensorrt` to be installed. ")
-        mode, device = self.training, self.device
-        if device.type != "cuda":
-            target = torch.device(default_device) if isinstance(default_device, str) else default_device
-            if not torch.cuda.is_available() or target.type != "cuda":
-                raise MisconfigurationException(
-                    f"TensorRT only supports CUDA devices. The current device is {device}."
-                    " Please set the `default_device` argument to a CUDA device."
-                )
-            self.to(target)
-        if input_sample is None:
-            if self.example_input_array is None:
-                raise ValueError(
-                    "Could not export to TensorRT since neither `input_sample` nor"
-                    " `model.example_input_array` attribute is set."
-                )
-            input_sample = self.example_input_array
-
-        import torch_tensorrt
-
-        sample = copy.deepcopy((input_sample,) if isinstance(input_sample, Tensor) else input_sample)
-        sample = self.on_before_batch_transfer(sample, 0)
-        sample = self.on_after_batch_transfer(self.transfer_batch_to_device(sample, self.device, 0), 0)
-        with jit_tracing() if ir == "ts" else contextlib.nullcontext():
-            compiled = torch_tensorrt.compile(module=self.eval(), ir=ir, inputs=sample, **compile_kwargs)
-        self.train(mode)
-        self.to(device)
-        if file_path is not None:
-            if ir == "ts":
-                if output_format != "torchscript":
-                    raise ValueError(
-                        "TensorRT with IR mode 'ts' only supports output format 'torchscript'."
-                        f" The current output format is {output_format}."
-                    )
-                torch.jit.save(compiled, file_path)
-            else:
-                torch_tensorrt.save(compiled, file_path, inputs=sample, output_format=output_format, retrace=retrace)
-        return compiled
 
     def freeze(self) -> LightningModule:
         """No gradients for any parameter, and eval mode; returns the module (``model = model.freeze()``)."""

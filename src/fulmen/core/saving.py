@@ -4,7 +4,7 @@ The class comes from the caller: the checkpoint supplies weights and hyperparame
 ``save_hyperparameters`` recorded, objects included, as Lightning stores them), and ``**kwargs`` override or
 complete those hyperparameters. An object among them loads only when the caller trusts the file
 (``weights_only=False``, or its class registered with ``torch.serialization.add_safe_globals``); otherwise the
-load is refused (:class:`~fulmen.utilities.checkpoint_io.UnsafeCheckpointError`), never done with other
+load is refused (:class:`~fulmen.checkpoint.files.UnsafeCheckpointError`), never done with other
 values. A model that ``LightningCLI`` built stores the config that built it (``_instantiator``, and
 ``_class_path`` in subclass mode): its class paths are run through the CLI's parser again, and ``_class_path``
 may pick a subclass of the caller's class, never another class.
@@ -27,9 +27,10 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from fulmen.utilities import checkpoint_io, distributed_checkpoint
+from fulmen.checkpoint import files as checkpoint_io
+from fulmen.checkpoint import sharded as distributed_checkpoint
+from fulmen.checkpoint.files import _load as pl_load  # noqa: F401  (Lightning's name)
 from fulmen.utilities.apply_func import apply_to_collection as apply_to_collection
-from fulmen.utilities.checkpoint_io import _load as pl_load  # noqa: F401  (Lightning's name)
 from fulmen.utilities.cloud_io import get_filesystem as get_filesystem
 from fulmen.utilities.imports import _OMEGACONF_AVAILABLE as _OMEGACONF_AVAILABLE
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases

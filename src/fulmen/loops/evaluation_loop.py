@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,7 +25,7 @@ from fulmen.utilities.model_helpers import is_overridden as is_overridden
 from fulmen.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    from fulmen.runtime.context import RunContext
+    from fulmen.runtime.context import RunContext, StopRequests
     from fulmen.runtime.data import DataLoaderSource
 
 
@@ -96,20 +97,12 @@ class EvaluationLoop:
         self, dataloaders: list[Any], num_batches: list[int | float], in_fit: bool
     ) -> list[dict[str, float]]:
         context = self.context
-        hooks, strategy, metrics = context.hooks, context.strategy, context.metrics
+        hooks, strategy = context.hooks, context.strategy
         stage = self.stage
         if not dataloaders or sum(num_batches) == 0:
             return []
-        multiple = len(dataloaders) > 1
         sanity_checking = context.state.sanity_checking
-        check_dataloader_idx(context.module, stage, multiple)
-        if in_fit:  # an evaluation order may follow training's epochs (a sampler with set_epoch)
-            for loader in dataloaders:
-                set_sampler_epoch(loader, context.progress.current_epoch)
-        metrics.refresh()  # the views keep the training step values that readers see during this run
-        self.results.reset()
-        self.results.sync = strategy.sync_metric
-        metrics.epoch_end = False
+        self._prepare(dataloaders, in_fit)
         step = strategy.validation_step if stage == "validation" else strategy.test_step
         # Inside fit (its sanity check included) validation runs under no_grad, not inference mode, whatever the
         # flag says: a module may cache a tensor during validation and use it in the next training step, and an
@@ -123,56 +116,91 @@ class EvaluationLoop:
             # numbers sees the state after the iterator drew its seed
             fetch = f"[_EvaluationLoop].{'val' if stage == 'validation' else stage}_next"  # Lightning's name
             first = prefetch_iterator(hooks, fetch, dataloaders[0], num_batches[0])
-            progress = self.progress
-            progress.start_run()
+            self.progress.start_run()
             module = context.module
             modes = {name: m.training for name, m in module.named_modules()} if module is not None else {}
-            hooks.call_module(f"on_{stage}_model_eval")
-            hooks.call_callbacks(f"on_{stage}_start")
-            hooks.call_module(f"on_{stage}_start")
-            getattr(strategy, f"on_{stage}_start")()
-            hooks.call_callbacks(f"on_{stage}_epoch_start")
-            hooks.call_module(f"on_{stage}_epoch_start")
+            self._call_start_hooks()
             stop = context.stop if in_fit and not sanity_checking else None  # a signal interrupts fit's validation
-            last_loader = len(dataloaders) - 1
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
-                extra = (dl_idx,) if multiple else ()
                 batches = first if dl_idx == 0 else prefetch_iterator(hooks, fetch, loader, limit)
-                for batch_idx, (batch, last) in enumerate(batches):
-                    batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
-                    self.results.set_batch(batch, dl_idx if multiple else None)
-                    progress.ready += 1
-                    progress.is_last_batch = last and dl_idx == last_loader
-                    hooks.call_callbacks(f"on_{stage}_batch_start", batch, batch_idx, *extra)
-                    hooks.call_module(f"on_{stage}_batch_start", batch, batch_idx, *extra)
-                    output = step(batch, batch_idx, *extra)
-                    progress.processed = progress.ready
-                    hooks.call_callbacks(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
-                    hooks.call_module(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
-                    progress.completed = progress.ready
-                    metrics.on_eval_step_end(self.results)
-                    self.results.clear_batch()
-                    context.ticks += 1
-                    if stop is not None and stop.signal is not None:
-                        self._restore_modes(module, modes)
-                        raise ValidationInterrupted(stage)
-                    if last:
-                        break  # known to be the last: no further fetch just to meet the end
-            self.results.dataloader_idx = None
-            metrics.epoch_end = True
-            self.results.reduce_epoch()  # sync_dist values reduced here, where every rank is
-            self._on_evaluation_epoch_end()
-            output_metrics = metrics.on_eval_epoch_end(self.results, len(dataloaders))
-            if not sanity_checking:
-                self.has_run = True
-            hooks.call_callbacks(f"on_{stage}_end")
-            hooks.call_module(f"on_{stage}_end")
-            getattr(strategy, f"on_{stage}_end")()
-            self.results.release_metrics()
-            if hooks.module_overrides(f"on_{stage}_model_train") or module is None:
-                hooks.call_module(f"on_{stage}_model_train")
-            else:
-                self._restore_modes(module, modes)
+                self._run_batches(batches, step, dl_idx, len(dataloaders), stop, (module, modes))
+            output_metrics = self._finish(len(dataloaders), sanity_checking, (module, modes))
+        return output_metrics
+
+    def _prepare(self, dataloaders: list[Any], in_fit: bool) -> None:
+        """Before the run's first hook: the step signatures checked, the samplers' epoch, fresh results."""
+        context = self.context
+        metrics = context.metrics
+        check_dataloader_idx(context.module, self.stage, len(dataloaders) > 1)
+        if in_fit:  # an evaluation order may follow training's epochs (a sampler with set_epoch)
+            for loader in dataloaders:
+                set_sampler_epoch(loader, context.progress.current_epoch)
+        metrics.refresh()  # the views keep the training step values that readers see during this run
+        self.results.reset()
+        self.results.sync = context.strategy.sync_metric
+        metrics.epoch_end = False
+
+    def _call_start_hooks(self) -> None:
+        hooks, stage = self.context.hooks, self.stage
+        hooks.call_module(f"on_{stage}_model_eval")
+        hooks.call_callbacks(f"on_{stage}_start")
+        hooks.call_module(f"on_{stage}_start")
+        getattr(self.context.strategy, f"on_{stage}_start")()
+        hooks.call_callbacks(f"on_{stage}_epoch_start")
+        hooks.call_module(f"on_{stage}_epoch_start")
+
+    def _run_batches(
+        self, batches: Any, step: Callable[..., Any], dl_idx: int, loaders: int, stop: StopRequests | None,
+        module_modes: tuple[Any, dict[str, bool]],
+    ) -> None:  # fmt: skip
+        """One dataloader's batches (``dl_idx`` of ``loaders``); ``stop``: a signal ends fit's validation here,
+        with each submodule back in its mode (``module_modes``: the module, and the mode each submodule was in)."""
+        context = self.context
+        hooks, strategy, metrics, progress = context.hooks, context.strategy, context.metrics, self.progress
+        stage, multiple = self.stage, loaders > 1
+        extra = (dl_idx,) if multiple else ()
+        for batch_idx, (batch, last) in enumerate(batches):
+            batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
+            self.results.set_batch(batch, dl_idx if multiple else None)
+            progress.ready += 1
+            progress.is_last_batch = last and dl_idx == loaders - 1
+            hooks.call_callbacks(f"on_{stage}_batch_start", batch, batch_idx, *extra)
+            hooks.call_module(f"on_{stage}_batch_start", batch, batch_idx, *extra)
+            output = step(batch, batch_idx, *extra)
+            progress.processed = progress.ready
+            hooks.call_callbacks(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
+            hooks.call_module(f"on_{stage}_batch_end", output, batch, batch_idx, *extra)
+            progress.completed = progress.ready
+            metrics.on_eval_step_end(self.results)
+            self.results.clear_batch()
+            context.ticks += 1
+            if stop is not None and stop.signal is not None:
+                self._restore_modes(*module_modes)
+                raise ValidationInterrupted(stage)
+            if last:
+                break  # known to be the last: no further fetch just to meet the end
+
+    def _finish(
+        self, loaders: int, sanity_checking: bool, module_modes: tuple[Any, dict[str, bool]]
+    ) -> list[dict[str, float]]:
+        """The epoch's end: aggregates reduced, the end hooks, each submodule back in its mode."""
+        context = self.context
+        hooks, strategy, metrics, stage = context.hooks, context.strategy, context.metrics, self.stage
+        self.results.dataloader_idx = None
+        metrics.epoch_end = True
+        self.results.reduce_epoch()  # sync_dist values reduced here, where every rank is
+        self._on_evaluation_epoch_end()
+        output_metrics = metrics.on_eval_epoch_end(self.results, loaders)
+        if not sanity_checking:
+            self.has_run = True
+        hooks.call_callbacks(f"on_{stage}_end")
+        hooks.call_module(f"on_{stage}_end")
+        getattr(strategy, f"on_{stage}_end")()
+        self.results.release_metrics()
+        if hooks.module_overrides(f"on_{stage}_model_train") or module_modes[0] is None:
+            hooks.call_module(f"on_{stage}_model_train")
+        else:
+            self._restore_modes(*module_modes)
         return output_metrics
 
     def _on_evaluation_epoch_end(self) -> None:
@@ -207,6 +235,7 @@ class PredictionLoop:
         self.current_batch_indices: list[int] = []
         self._wants_predictions = False
         self._wants_indices = False
+        self._warned_none = False  # this run warned that predict_step returned None
 
     @property
     def batch_progress(self) -> Progress:
@@ -241,27 +270,17 @@ class PredictionLoop:
         multiple = len(dataloaders) > 1
         self.return_predictions = return_predictions
         keep = return_predictions or self._wants_predictions
-        warned_none = False
+        self._warned_none = False
         self._predictions = [[] for _ in dataloaders]
-        progress = self.progress
-        progress.start_run()
-        last_loader = len(dataloaders) - 1
+        self.progress.start_run()
         self.epoch_batch_indices = [[] for _ in dataloaders]
         self.current_batch_indices = []
         if not dataloaders or sum(num_batches) == 0:
             return None
         check_dataloader_idx(context.module, "predict", multiple)
-        fetch = "[_PredictionLoop].predict_next"
-
-        def open_batches(loader: Any, limit: int | float) -> tuple[Any, Any]:
-            recorder = None
-            if self._wants_indices:
-                loader, recorder = record_batch_indices(loader)
-            return prefetch_iterator(hooks, fetch, loader, limit), recorder
-
         with no_grad_context(context.config.inference_mode and strategy.supports_inference_mode):
             # the first loader's iterator is made before the start hooks, as in the evaluation loop
-            first = open_batches(dataloaders[0], num_batches[0])
+            first = self._open_batches(dataloaders[0], num_batches[0])
             hooks.call_module("on_predict_model_eval")
             hooks.call_callbacks("on_predict_start")
             hooks.call_module("on_predict_start")
@@ -269,33 +288,8 @@ class PredictionLoop:
             hooks.call_callbacks("on_predict_epoch_start")
             hooks.call_module("on_predict_epoch_start")
             for dl_idx, (loader, limit) in enumerate(zip(dataloaders, num_batches)):
-                extra = (dl_idx,) if multiple else ()
-                batches, recorder = first if dl_idx == 0 else open_batches(loader, limit)
-                for batch_idx, (batch, last) in enumerate(batches):
-                    if recorder is not None:
-                        self.current_batch_indices = recorder.pop()
-                        self.epoch_batch_indices[dl_idx].append(self.current_batch_indices)
-                    batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
-                    progress.ready += 1
-                    progress.is_last_batch = last and dl_idx == last_loader
-                    hooks.call_callbacks("on_predict_batch_start", batch, batch_idx, *extra)
-                    hooks.call_module("on_predict_batch_start", batch, batch_idx, *extra)
-                    output = strategy.predict_step(batch, batch_idx, *extra)
-                    progress.processed = progress.ready
-                    if keep:
-                        if output is None and not warned_none:
-                            warned_none = True  # a step that forgot its `return` would leave holes silently
-                            rank_zero_warn(
-                                "predict returned None for a batch: if that is on purpose, ignore this warning; "
-                                "otherwise return the predictions from `predict_step`."
-                            )
-                        self._predictions[dl_idx].append(output)
-                    hooks.call_callbacks("on_predict_batch_end", output, batch, batch_idx, *extra)
-                    hooks.call_module("on_predict_batch_end", output, batch, batch_idx, *extra)
-                    progress.completed = progress.ready
-                    context.ticks += 1
-                    if last:
-                        break
+                batches, recorder = first if dl_idx == 0 else self._open_batches(loader, limit)
+                self._predict_batches(batches, recorder, dl_idx, len(dataloaders), keep)
             hooks.call_callbacks("on_predict_epoch_end")
             hooks.call_module("on_predict_epoch_end")
             hooks.call_callbacks("on_predict_end")
@@ -304,6 +298,47 @@ class PredictionLoop:
         if not return_predictions:
             return None
         return self.predictions
+
+    def _open_batches(self, loader: Any, limit: int | float) -> tuple[Any, Any]:
+        """The loader's batches, and the recorder of their sample indices when they were asked for."""
+        recorder = None
+        if self._wants_indices:
+            loader, recorder = record_batch_indices(loader)
+        return prefetch_iterator(self.context.hooks, "[_PredictionLoop].predict_next", loader, limit), recorder
+
+    def _predict_batches(self, batches: Any, recorder: Any, dl_idx: int, loaders: int, keep: bool) -> None:
+        """One dataloader's batches (``dl_idx`` of ``loaders``); ``keep``: its predictions are kept."""
+        context = self.context
+        hooks, strategy, progress = context.hooks, context.strategy, self.progress
+        extra = (dl_idx,) if loaders > 1 else ()
+        for batch_idx, (batch, last) in enumerate(batches):
+            if recorder is not None:
+                self.current_batch_indices = recorder.pop()
+                self.epoch_batch_indices[dl_idx].append(self.current_batch_indices)
+            batch = strategy.batch_to_device(batch, dataloader_idx=dl_idx)
+            progress.ready += 1
+            progress.is_last_batch = last and dl_idx == loaders - 1
+            hooks.call_callbacks("on_predict_batch_start", batch, batch_idx, *extra)
+            hooks.call_module("on_predict_batch_start", batch, batch_idx, *extra)
+            output = strategy.predict_step(batch, batch_idx, *extra)
+            progress.processed = progress.ready
+            if keep:
+                self._keep(output, dl_idx)
+            hooks.call_callbacks("on_predict_batch_end", output, batch, batch_idx, *extra)
+            hooks.call_module("on_predict_batch_end", output, batch, batch_idx, *extra)
+            progress.completed = progress.ready
+            context.ticks += 1
+            if last:
+                break
+
+    def _keep(self, output: Any, dl_idx: int) -> None:
+        if output is None and not self._warned_none:
+            self._warned_none = True  # a step that forgot its `return` would leave holes silently
+            rank_zero_warn(
+                "predict returned None for a batch: if that is on purpose, ignore this warning; "
+                "otherwise return the predictions from `predict_step`."
+            )
+        self._predictions[dl_idx].append(output)
 
 
 __all__ = ["EvaluationLoop", "PredictionLoop"]

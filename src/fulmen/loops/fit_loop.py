@@ -36,33 +36,40 @@ A run resumed from a checkpoint first finishes the epoch it was written in (see 
 from __future__ import annotations
 
 import dataclasses
-import datetime
+import datetime as datetime
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader as DataLoader
 
 from fulmen.loops import resume
 from fulmen.loops.evaluation_loop import EvaluationLoop
-from fulmen.loops.fetchers import PrefetchIterator, prefetch_iterator
-from fulmen.loops.loader_state import data_parts
+from fulmen.loops.fetchers import PrefetchIterator
+from fulmen.loops.fetchers import prefetch_iterator as prefetch_iterator
+from fulmen.loops.loader_state import data_parts as data_parts
 from fulmen.loops.progress import Progress, progress_view
+from fulmen.loops.training_data import TrainingData
 from fulmen.loops.training_epoch_loop import TrainingEpochLoop, can_stop_early, max_steps_reached
 from fulmen.runtime.results import ResultCollection
-from fulmen.runtime.rng import capture_generator_states, capture_rng, restore_generator_states, restore_rng
+from fulmen.runtime.rng import capture_generator_states as capture_generator_states
+from fulmen.runtime.rng import capture_rng, restore_rng
+from fulmen.runtime.rng import restore_generator_states as restore_generator_states
 from fulmen.runtime.state import LoopPhase, RunningStage
 from fulmen.runtime.state import TrainerFn as TrainerFn
-from fulmen.utilities.combined_loader import CombinedLoader
-from fulmen.utilities.data import has_len, parse_num_batches, set_sampler_epoch
+from fulmen.utilities.combined_loader import CombinedLoader as CombinedLoader
+from fulmen.utilities.data import has_len as has_len
 from fulmen.utilities.data import has_len_all_ranks as has_len_all_ranks
+from fulmen.utilities.data import parse_num_batches as parse_num_batches
+from fulmen.utilities.data import set_sampler_epoch
 from fulmen.utilities.data import sized_len as sized_len
 from fulmen.utilities.exceptions import MisconfigurationException
 from fulmen.utilities.exceptions import SIGTERMException as SIGTERMException
 from fulmen.utilities.model_helpers import is_overridden as is_overridden
 from fulmen.utilities.rank_zero import rank_zero_debug as rank_zero_debug
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
-from fulmen.utilities.sample_seeds import sample_seed_in_use, sample_seeded
+from fulmen.utilities.sample_seeds import sample_seed_in_use as sample_seed_in_use
+from fulmen.utilities.sample_seeds import sample_seeded as sample_seeded
 from fulmen.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
@@ -102,16 +109,9 @@ class FitLoop:
         self.results = ResultCollection(training=True)
         self._results_fresh = False  # reset by on_train_start for the first epoch already
         self.epoch_loop = TrainingEpochLoop(context, self.results, self.run_validation, validate_loop)
-        self._train_dataloader: Any = None
-        self._epoch_loader: Any = None  # what the epochs iterate: the loader, or its sample-seeded twin
-        self._last_train_dataloader: Any = None
-        self._last_reload_epoch: int | None = None
-        self.epoch_start_rng: dict[str, Any] | None = None  # RNG just before the epoch's shuffle was drawn
+        self.training_data = TrainingData(context)
         self._resume: dict[str, Any] | None = None  # a checkpoint's loop state, applied when run starts
-        self.batches: PrefetchIterator | None = None  # the running epoch's (its data position, for checkpoints)
         self._first_batches: PrefetchIterator | None = None  # the first epoch's, made as the fit starts
-        self._resumed_layout: dict[str, Any] | None = None  # how the resumed checkpoint's data was shared out
-        self.restored_at_epoch_end = False  # the data's state at an epoch end was loaded (see make_iterator)
         if lightnings_form:
             if max_epochs is not None:
                 self.max_epochs = max_epochs
@@ -180,7 +180,17 @@ class FitLoop:
     @property
     def train_dataloader(self) -> Any:
         """The loader of the running fit, or of the last one (as Lightning keeps it readable after fit)."""
-        return self._train_dataloader if self._train_dataloader is not None else self._last_train_dataloader
+        return self.training_data.train_dataloader
+
+    @property
+    def batches(self) -> PrefetchIterator | None:
+        """The running epoch's batches (its data position, for checkpoints)."""
+        return self.training_data.batches
+
+    @property
+    def epoch_start_rng(self) -> dict[str, Any] | None:
+        """The RNG state just before the running epoch's shuffle was drawn."""
+        return self.training_data.epoch_start_rng
 
     @property
     def _data_source(self) -> DataLoaderSource:
@@ -204,41 +214,8 @@ class FitLoop:
 
     # -- data ------------------------------------------------------------------------------------------
     def setup_data(self) -> None:
-        context = self.context
-        config = context.config
-        every = config.reload_dataloaders_every_n_epochs
-        epoch = context.progress.current_epoch
-        if self._train_dataloader is not None and not (
-            every and self._last_reload_epoch is not None and epoch - self._last_reload_epoch >= every
-        ):
-            return
-        reloading = self._train_dataloader is not None
-        # a run resumed from another number of processes keeps the order of the run that wrote the checkpoint
-        loader = resume.keep_order(context.data.request_train_dataloader(), self._resumed_layout)
-        self._train_dataloader = loader
-        self._epoch_loader = sample_seeded(loader, self._current_epoch, sample_seed_in_use())
-        self._last_reload_epoch = epoch
-        if reloading:
-            _open_iterators(self._epoch_loader)
-        limit = config.limit_train_batches
-        if isinstance(loader, CombinedLoader):  # each loader limited on its own: the epoch is then len(loader)
-            loader.limits = [
-                parse_num_batches("train", len(dl) if has_len(dl) else float("inf"), limit) for dl in loader.flattened
-            ]
-            limit = 1.0
-        length: int | float = len(loader) if has_len(loader) else float("inf")
-        context.batches.train = parse_num_batches("train", length, limit)
-        if context.batches.train == 0:  # nothing to train on: no schedule to check (training is skipped)
-            return
-        context.batches.val_check = self._val_check_batch(loader)
-        log_every = config.log_every_n_steps
-        if context.loggers and self.max_batches < log_every and not config.fast_dev_run:
-            rank_zero_warn(
-                f"The number of training batches ({self.max_batches}) is smaller than the logging interval"
-                f" Trainer(log_every_n_steps={log_every}). Set a lower value for log_every_n_steps if you want to"
-                " see logs for the training epoch.",
-                category=PossibleUserWarning,
-            )
+        """Load the training data (again when it is due for a reload) and set the batch counts it implies."""
+        self.training_data.setup()
 
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps the whole fit is expected to take (``trainer.estimated_stepping_batches``)."""
@@ -254,28 +231,6 @@ class FitLoop:
             return config.max_steps if config.max_steps != -1 else float("inf")
         estimate = math.ceil(total / self.context.accumulate_grad_batches) * max(config.max_epochs, 1)
         return min(estimate, config.max_steps) if config.max_steps != -1 else estimate
-
-    def _val_check_batch(self, loader: Any) -> int | float:
-        config = self.context.config
-        vci = config.val_check_interval
-        if isinstance(vci, datetime.timedelta):
-            return float("inf")  # the epoch loop validates by the clock, not by batch count
-        if isinstance(vci, int):
-            if config.check_val_every_n_epoch is not None and vci > self.max_batches and config.limit_val_batches > 0:
-                raise ValueError(
-                    f"val_check_interval={vci} must be less than or equal to the number of the training batches per epoch "
-                    f"({self.max_batches}). Use a value <= {self.max_batches}, set check_val_every_n_epoch=None "
-                    "to count batches across epochs, or limit_val_batches=0 to disable validation."
-                )
-            return vci
-        if self.max_batches == float("inf"):  # an iterable without a length (and no int limit on it)
-            if vci != 1.0:
-                raise MisconfigurationException(
-                    f"val_check_interval={vci!r} is a fraction of an epoch, but the training dataloader is an "
-                    "IterableDataset without a length. Pass an int (validate every N training batches) or 1.0."
-                )
-            return float("inf")
-        return max(1, int(self.max_batches * vci))
 
     # -- run -------------------------------------------------------------------------------------------
     def run(self, after_fit_start: Callable[[], None] | None = None) -> None:
@@ -352,58 +307,18 @@ class FitLoop:
     def make_iterator(
         self, skip: int = 0, epoch_rng: dict[str, Any] | None = None, loader: Any = None, offset: int = 0
     ) -> PrefetchIterator:
-        """The epoch's batches. The RNG state just before the loader's iterator draws its shuffle seed (and the
-        epoch-start state of samplers that have one) is kept so that a resumed run can redraw the same order
-        (``epoch_rng``) and skip the batches already done. ``loader``: one for this epoch only (a resumed epoch
-        shared out over another number of processes). ``offset``: batches done that a loader restored to its
-        position no longer yields (see ``loops/loader_state.py``)."""
-        # the loader's own parts (samplers, state) are the ones the twin iterated shares
-        source = self._train_dataloader if loader is None else loader
-        parts = data_parts(source)
-        if epoch_rng is None:
-            epoch_rng = {"rng": capture_rng(), "generators": capture_generator_states(source)}
-            if parts.samplers:
-                epoch_rng["samplers"] = parts.sampler_states()
-        else:
-            restore_rng(epoch_rng["rng"])
-            restore_generator_states(source, epoch_rng["generators"])
-            parts.load_sampler_states(epoch_rng.get("samplers"))
-        self.epoch_start_rng = epoch_rng
-        loader = self._epoch_loader if loader is None else sample_seeded(loader, self._current_epoch, sample_seed_in_use())
-        self.batches = self._open_epoch(loader, skip, offset, parts.snapshot_fn())
-        if self.restored_at_epoch_end:
-            self.restored_at_epoch_end = False
-            if self.batches.done:
-                # some loaders restored to the state they had at the end of an epoch (torchdata's over an
-                # iterable dataset, mosaic's) first yield that epoch's empty rest, then the next epoch
-                self.batches = self._open_epoch(loader, skip, offset, parts.snapshot_fn())
-        return self.batches
+        """The epoch's batches (see ``TrainingData.make_iterator``)."""
+        return self.training_data.make_iterator(skip=skip, epoch_rng=epoch_rng, loader=loader, offset=offset)
 
-    def _open_epoch(self, loader: Any, skip: int, offset: int, snapshot: Callable[[], Any] | None) -> PrefetchIterator:
-        return prefetch_iterator(
-            self.context.hooks, "[_TrainingEpochLoop].train_dataloader_next", loader, self.max_batches, skip=skip,
-            quiet_base_seed=self._quiet_base_seed(skip), offset=offset, snapshot=snapshot,
-        )  # fmt: skip
-
-    def _quiet_base_seed(self, skip: int) -> bool:
-        """Whether this epoch's iterator must leave the global RNG alone: a persistent-workers loader starts
-        its workers (drawing a base seed) once per load; an uninterrupted run loads it at epoch 0 and then
-        every ``reload_dataloaders_every_n_epochs``."""
-        loader = self._epoch_loader
-        if not getattr(loader, "persistent_workers", False):
-            return False
-        epoch = self.context.progress.current_epoch
-        every = self.context.config.reload_dataloaders_every_n_epochs
-        load_epoch = epoch == 0 if not every else epoch % every == 0
-        if skip:  # a one-off loader: it draws where the uninterrupted run started its workers this epoch
-            return not load_epoch
-        return getattr(loader, "_iterator", None) is None and not load_epoch
+    def restore_epoch_results(self, items: dict[str, Any]) -> None:
+        """The epoch's ``self.log(..., on_epoch=True)`` aggregates as a checkpoint holds them for this process."""
+        self.results.load_state_dict(items, self.context.strategy.root_device, self.context.module)
 
     def load_resume_state(self, state: dict[str, Any]) -> None:
         """Counters from a checkpoint now; the rest of its state when the loop runs (see ``loops/resume``)."""
         resume.load_counters(self.context.progress, state)
         self._resume = state
-        self._resumed_layout = state.get("data")
+        self.training_data.resumed_layout = state.get("data")
 
     # -- validation inside fit -------------------------------------------------------------------------
     def run_sanity_check(self) -> None:
@@ -478,7 +393,7 @@ class FitLoop:
             progress.epoch_start_step = progress.global_step
             progress.scheduler_steps.epoch = 0
         self.setup_data()
-        set_sampler_epoch(self._train_dataloader, progress.current_epoch)  # a new order per epoch
+        set_sampler_epoch(self.training_data.loader, progress.current_epoch)  # a new order per epoch
         if not self._results_fresh:  # the first epoch keeps what on_train_start logged
             self.results.reset()
             self.results.sync = context.strategy.sync_metric  # sync_dist=True reduces across processes
@@ -522,23 +437,9 @@ class FitLoop:
         self.context.hooks.call_module("on_train_end")
         self.context.strategy.on_train_end()
 
-    def _current_epoch(self) -> int:
-        return self.context.progress.current_epoch
-
     def teardown(self) -> None:
-        # the next fit loads its own loader; this one stays readable until then
-        self._last_train_dataloader, self._train_dataloader = self._train_dataloader, None
-        self._epoch_loader = self.batches = self._resumed_layout = self._first_batches = None
-
-
-def _open_iterators(loader: Any) -> None:
-    """Make (and drop) an iterator of each DataLoader in ``loader`` when it is reloaded, before the epoch's start
-    hooks, as Lightning does: each draws its worker base seed from the global RNG, so the epoch's shuffle and
-    every later random number are those a Lightning run of the same program gets (``reload_dataloaders_every_n_
-    epochs`` with a shuffled loader). A persistent-workers loader keeps the workers this starts."""
-    for dl in loader.flattened if isinstance(loader, CombinedLoader) else [loader]:
-        if isinstance(dl, DataLoader):
-            iter(dl)
+        self.training_data.teardown()
+        self._first_batches = None
 
 
 def _check_limit(name: str, value: Any) -> None:

@@ -163,6 +163,16 @@ class TrainingEpochLoop:
         self.reset_epoch()
         self._is_last_batch = bool(state["is_last_batch"])
 
+    def restore_window(self, state: list[Any] | None, batch_idx: int) -> None:
+        """The accumulation window a checkpoint written ``batch_idx`` batches into the epoch was in (``state``,
+        ``AccumulationWindow.load``'s form); a Lightning checkpoint has none: its windows are runs of
+        ``accumulate_grad_batches`` from the epoch start."""
+        if state is None:
+            size = self.context.accumulate_grad_batches
+            pos = batch_idx % size
+            state = [pos, size, pos == 0]
+        self.context.progress.window.load(state)
+
     def reset_epoch(self) -> None:
         window = self.context.progress.window
         self._is_last_batch = False

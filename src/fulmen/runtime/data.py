@@ -273,7 +273,7 @@ class DataSource:
         with ``Trainer(use_distributed_sampler=False)``."""
         strategy = self.context.strategy
         # DDP / FSDP on one process too, as Lightning: their order is then a DistributedSampler's, which a run on
-        # another number of processes can redraw (resuming mid-epoch, see loops/resume.py)
+        # another number of processes can redraw (resuming mid-epoch, see loops/resharding.py)
         if not strategy.is_distributed or not self.context.config.use_distributed_sampler:
             return loader
         from fulmen.overrides.distributed import (

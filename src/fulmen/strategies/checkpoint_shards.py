@@ -19,7 +19,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
-from fulmen.utilities import checkpoint_io, cloud_io, distributed_checkpoint
+from fulmen.checkpoint import files as checkpoint_io
+from fulmen.checkpoint import sharded as distributed_checkpoint
+from fulmen.utilities import cloud_io
 from fulmen.utilities.exceptions import MisconfigurationException
 
 if TYPE_CHECKING:

@@ -115,32 +115,23 @@ class DeepSpeedStrategy(DDPStrategy):
         timeout: timedelta = timedelta(minutes=30),
         exclude_frozen_parameters: bool = False,
     ) -> None:
-        if importlib.util.find_spec("deepspeed") is None:
-            raise MissingPackageError(
-                "DeepSpeedStrategy needs the `deepspeed` package, which is not installed: pip install deepspeed "
-                "(on a machine with NVIDIA GPUs). Without it, FSDPStrategy shards the same way: "
-                "sharding_strategy='FULL_SHARD' is ZeRO stage 3, 'SHARD_GRAD_OP' stage 2.",
-                name="deepspeed",
-            )
+        _require_deepspeed()
         super().__init__(
             accelerator=accelerator, parallel_devices=parallel_devices, cluster_environment=cluster_environment,
             precision_plugin=precision_plugin, process_group_backend=process_group_backend, timeout=timeout,
         )  # fmt: skip
         self.config = _load_config(config, self.DEEPSPEED_ENV_VAR)
         if self.config is None:
-            offload = {"device": offload_params_device, "nvme_path": nvme_path, "buffer_count": params_buffer_count,
-                       "buffer_size": params_buffer_size, "max_in_cpu": max_in_cpu, "pin_memory": pin_memory}
-            zero: dict[str, Any] = {
-                "stage": stage, "contiguous_gradients": contiguous_gradients, "overlap_comm": overlap_comm,
-                "allgather_partitions": allgather_partitions, "reduce_scatter": reduce_scatter,
-                "allgather_bucket_size": allgather_bucket_size, "reduce_bucket_size": reduce_bucket_size,
-                "sub_group_size": sub_group_size,
-            }  # fmt: skip
-            if offload_optimizer:
-                zero["offload_optimizer"] = {"device": offload_optimizer_device, "nvme_path": nvme_path,
-                                             "buffer_count": optimizer_buffer_count, "pin_memory": pin_memory}
-            if offload_parameters:
-                zero["offload_param"] = offload
+            zero = _zero_config(
+                stage=stage, contiguous_gradients=contiguous_gradients, overlap_comm=overlap_comm,
+                allgather_partitions=allgather_partitions, reduce_scatter=reduce_scatter,
+                allgather_bucket_size=allgather_bucket_size, reduce_bucket_size=reduce_bucket_size,
+                sub_group_size=sub_group_size, offload_optimizer=offload_optimizer,
+                offload_optimizer_device=offload_optimizer_device, optimizer_buffer_count=optimizer_buffer_count,
+                offload_parameters=offload_parameters, offload_params_device=offload_params_device,
+                params_buffer_count=params_buffer_count, params_buffer_size=params_buffer_size,
+                max_in_cpu=max_in_cpu, nvme_path=nvme_path, pin_memory=pin_memory,
+            )  # fmt: skip
             self.config = {
                 "zero_allow_untested_optimizer": zero_allow_untested_optimizer,
                 "activation_checkpointing": {
@@ -206,6 +197,41 @@ class DeepSpeedStrategy(DDPStrategy):
             "strategy=FSDPStrategy(sharding_strategy='FULL_SHARD') is ZeRO stage 3, 'SHARD_GRAD_OP' stage 2, and "
             "cpu_offload=True offloads the parameters; or strategy='ddp' without sharding."
         )
+
+
+def _require_deepspeed() -> None:
+    """Refuse to construct the strategy without the ``deepspeed`` package, as Lightning does."""
+    if importlib.util.find_spec("deepspeed") is None:
+        raise MissingPackageError(
+            "DeepSpeedStrategy needs the `deepspeed` package, which is not installed: pip install deepspeed "
+            "(on a machine with NVIDIA GPUs). Without it, FSDPStrategy shards the same way: "
+            "sharding_strategy='FULL_SHARD' is ZeRO stage 3, 'SHARD_GRAD_OP' stage 2.",
+            name="deepspeed",
+        )
+
+
+def _zero_config(
+    *, stage: int, contiguous_gradients: bool, overlap_comm: bool, allgather_partitions: bool,
+    reduce_scatter: bool, allgather_bucket_size: int, reduce_bucket_size: int, sub_group_size: int,
+    offload_optimizer: bool, offload_optimizer_device: str, optimizer_buffer_count: int, offload_parameters: bool,
+    offload_params_device: str, params_buffer_count: int, params_buffer_size: int, max_in_cpu: int,
+    nvme_path: str, pin_memory: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """The ``"zero_optimization"`` section of a DeepSpeed configuration built from the strategy's arguments."""
+    zero: dict[str, Any] = {
+        "stage": stage, "contiguous_gradients": contiguous_gradients, "overlap_comm": overlap_comm,
+        "allgather_partitions": allgather_partitions, "reduce_scatter": reduce_scatter,
+        "allgather_bucket_size": allgather_bucket_size, "reduce_bucket_size": reduce_bucket_size,
+        "sub_group_size": sub_group_size,
+    }  # fmt: skip
+    if offload_optimizer:
+        zero["offload_optimizer"] = {"device": offload_optimizer_device, "nvme_path": nvme_path,
+                                     "buffer_count": optimizer_buffer_count, "pin_memory": pin_memory}
+    if offload_parameters:
+        zero["offload_param"] = {"device": offload_params_device, "nvme_path": nvme_path,
+                                 "buffer_count": params_buffer_count, "buffer_size": params_buffer_size,
+                                 "max_in_cpu": max_in_cpu, "pin_memory": pin_memory}
+    return zero
 
 
 def _load_config(config: str | Path | dict[str, Any] | None, env_var: str) -> dict[str, Any] | None:

@@ -158,24 +158,12 @@ def _select(
     if isinstance(strategy, str) and _built_from_registry(strategy):
         strategy = StrategyRegistry.get(strategy)
     if isinstance(strategy, Strategy):
-        strategy.accelerator = strategy.accelerator or accelerator
-        if type(strategy.precision_plugin) is Precision:  # left at the default: use the Trainer's
-            strategy.precision_plugin = precision
-        strategy.cluster_plugin = environment
+        _complete(strategy, accelerator, precision, environment)
         strategy.check_launch(devices, num_nodes, cluster)
         return strategy
     name = strategy.lower() if isinstance(strategy, str) else None
-    if name in FSDP_NAMES:
-        fsdp = FSDPStrategy(accelerator=accelerator, precision_plugin=precision, cpu_offload=name == "fsdp_cpu_offload")
-        fsdp.cluster_plugin = environment
-        fsdp.check_launch(devices, num_nodes, cluster)
-        return fsdp
-    if name in ("deepspeed", "xla", "single_xla"):  # they need their packages (the constructors say which)
-        named: Strategy = (
-            DeepSpeedStrategy(accelerator=accelerator, precision_plugin=precision) if name == "deepspeed"
-            else XLAStrategy(accelerator=accelerator, precision_plugin=precision) if name == "xla"
-            else SingleDeviceXLAStrategy(device, accelerator=accelerator, precision_plugin=precision)
-        )  # fmt: skip
+    named = _of_its_own_class(name, device, accelerator, precision, environment)
+    if named is not None:
         named.check_launch(devices, num_nodes, cluster)
         return named
     ddp_kind = _ddp_kind(name)
@@ -199,18 +187,50 @@ def _select(
             )
         return SingleDeviceStrategy(device=device, accelerator=accelerator, precision_plugin=precision)
     base, find_unused = ddp_kind
-    ddp: DDPStrategy
-    if base == "ddp":
-        # one device outside a launcher trains exactly like one process: no group needed
-        if processes == 1 and cluster is None:
-            return SingleDeviceStrategy(device=device, accelerator=accelerator, precision_plugin=precision)
-        ddp = DDPStrategy(accelerator=accelerator, precision_plugin=precision, find_unused_parameters=find_unused)
-    else:
-        ddp = DDPSpawnStrategy(
-            accelerator=accelerator, precision_plugin=precision, find_unused_parameters=find_unused,
-            start_method="spawn" if base == "ddp_spawn" else "fork",
-        )  # fmt: skip
-        ddp.strategy_name = base
+    # one device outside a launcher trains exactly like one process: no group needed
+    if base == "ddp" and processes == 1 and cluster is None:
+        return SingleDeviceStrategy(device=device, accelerator=accelerator, precision_plugin=precision)
+    ddp = _ddp(base, find_unused, accelerator, precision)
     ddp.cluster_plugin = environment
     ddp.check_launch(devices, num_nodes, cluster)
+    return ddp
+
+
+def _complete(strategy: Strategy, accelerator: Accelerator, precision: Precision, environment: Any) -> None:
+    """A Strategy instance given to the Trainer takes the Trainer's accelerator and precision where it left them
+    at their defaults, and the Trainer's cluster environment."""
+    strategy.accelerator = strategy.accelerator or accelerator
+    if type(strategy.precision_plugin) is Precision:  # left at the default: use the Trainer's
+        strategy.precision_plugin = precision
+    strategy.cluster_plugin = environment
+
+
+def _of_its_own_class(
+    name: str | None, device: torch.device, accelerator: Accelerator, precision: Precision, environment: Any
+) -> Strategy | None:
+    """The strategy for an FSDP, DeepSpeed or XLA name (each a class of its own, not yet checked against the
+    processes started); None for other names."""
+    if name in FSDP_NAMES:
+        fsdp = FSDPStrategy(accelerator=accelerator, precision_plugin=precision, cpu_offload=name == "fsdp_cpu_offload")
+        fsdp.cluster_plugin = environment
+        return fsdp
+    if name in ("deepspeed", "xla", "single_xla"):  # they need their packages (the constructors say which)
+        return (
+            DeepSpeedStrategy(accelerator=accelerator, precision_plugin=precision) if name == "deepspeed"
+            else XLAStrategy(accelerator=accelerator, precision_plugin=precision) if name == "xla"
+            else SingleDeviceXLAStrategy(device, accelerator=accelerator, precision_plugin=precision)
+        )  # fmt: skip
+    return None
+
+
+def _ddp(base: str, find_unused: bool, accelerator: Accelerator, precision: Precision) -> DDPStrategy:
+    """A DDP strategy of kind ``base`` (``"ddp"``, or ``"ddp_spawn"`` / ``"ddp_fork"`` / ``"ddp_notebook"``,
+    which start their processes themselves)."""
+    if base == "ddp":
+        return DDPStrategy(accelerator=accelerator, precision_plugin=precision, find_unused_parameters=find_unused)
+    ddp = DDPSpawnStrategy(
+        accelerator=accelerator, precision_plugin=precision, find_unused_parameters=find_unused,
+        start_method="spawn" if base == "ddp_spawn" else "fork",
+    )  # fmt: skip
+    ddp.strategy_name = base
     return ddp

@@ -52,9 +52,7 @@ from fulmen.strategies.sharded import _on_meta as _on_meta
 from fulmen.strategies.sharded import _post_order as _post_order
 from fulmen.strategies.sharded import _shard_children as _shard_children
 from fulmen.strategies.sharded import _ShardedRoot as _ShardedRoot
-from fulmen.utilities import checkpoint_io as checkpoint_io
 from fulmen.utilities import cloud_io as cloud_io
-from fulmen.utilities import distributed_checkpoint as distributed_checkpoint
 from fulmen.utilities.exceptions import InvalidValueError, MisconfigurationException
 from fulmen.utilities.imports import _TORCH_GREATER_EQUAL_2_2 as _TORCH_GREATER_EQUAL_2_2
 from fulmen.utilities.imports import lazy_aliases as _lazy_aliases

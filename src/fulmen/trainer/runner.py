@@ -9,12 +9,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from fulmen.accelerators import cuda as _cuda
 from fulmen.core.datamodule import LightningDataModule
 from fulmen.core.module import LightningModule
 from fulmen.runtime.context import CheckpointRequest
@@ -22,6 +19,7 @@ from fulmen.runtime.state import LoopPhase, RunningStage, TrainerFn, TrainerStat
 from fulmen.trainer import checkpointing, configuration_validator
 from fulmen.trainer.connectors import attach_model_callbacks
 from fulmen.trainer.signals import SignalInterrupt, slurm_requeued
+from fulmen.trainer.torch_settings import torch_settings as torch_settings  # importable from here as before
 from fulmen.utilities.exceptions import _TunerExitException
 from fulmen.utilities.model_helpers import is_overridden
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
@@ -30,7 +28,6 @@ from fulmen.utilities.watchdog import HangWatchdog
 
 if TYPE_CHECKING:
     from fulmen.runtime.context import RunContext
-    from fulmen.trainer.flags import TrainerConfig
     from fulmen.trainer.signals import SignalConnector
     from fulmen.trainer.trainer import Trainer
 
@@ -60,37 +57,9 @@ class StageRunner:
         self, model: LightningModule, fn: TrainerFn, ckpt_path: Any, weights_only: bool | None, verbose: bool,
         return_predictions: bool,
     ) -> Any:  # fmt: skip
-        context, trainer = self.context, self.trainer
-        state, hooks, strategy = context.state, context.hooks, context.strategy
-        state.fn, state.status = fn, TrainerStatus.RUNNING
-        if fn == TrainerFn.FITTING:  # a GradientAccumulationScheduler of an earlier fit changed it
-            context.accumulate_grad_batches = context.config.accumulate_grad_batches
-        context.stop.reset()
-        context.metrics.start_run()
-        context.module = model
-        model.trainer = trainer
-        strategy.connect(model)
-        profiler = context.profiler
-        if profiler is not None:
-            profiler.setup(stage=fn.value, local_rank=strategy.local_rank if strategy.world_size > 1 else None,
-                           log_dir=trainer.log_dir)  # fmt: skip
-            profiler.attach_module(model)
-        hooks.reset()
-        try:
-            context.callbacks = attach_model_callbacks(trainer.callbacks, hooks.call_module("configure_callbacks"))
-            hooks.reset()
-            configuration_validator._verify_loop_configurations(trainer)
-            if fn == TrainerFn.FITTING and context.config.max_epochs_defaulted:
-                context.max_epochs_default_applied = True
-                rank_zero_warn(
-                    "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set "
-                    "`max_epochs=-1`.",
-                    category=PossibleUserWarning,
-                )
-        except BaseException:
-            if profiler is not None:
-                profiler.teardown(fn.value)  # no run: no report, and torch's profiler must not stay on
-            raise
+        context, trainer, state = self.context, self.trainer, self.context.state
+        profiler = self._start(model, fn)
+        self._configure(fn, profiler)
         if ckpt_path is None and fn == TrainerFn.FITTING:
             ckpt_path = _automatic_resume(context.callbacks, trainer.default_root_dir)
         context.checkpoint_request = CheckpointRequest(ckpt_path, weights_only)
@@ -111,24 +80,73 @@ class StageRunner:
             state.stage = None
             return None
         except BaseException as exception:
-            if isinstance(exception, KeyboardInterrupt):  # Ctrl-C: also a handled one (a CtrlCInterrupt)
-                if not isinstance(exception, SignalInterrupt):  # a handled one said so when it came
-                    rank_zero_info("\nDetected KeyboardInterrupt, attempting graceful shutdown ...")
-                self.signals.ignore_ctrl_c()  # until teardown restores the handler
-            state.status = TrainerStatus.INTERRUPTED
-            if not isinstance(exception, (SignalInterrupt, KeyboardInterrupt)):
-                strategy.on_exception(exception)  # e.g. DDP: name the rank, release the other ranks
-            hooks.call_callbacks("on_exception", exception)
-            hooks.call_datamodule("on_exception", exception)
-            self._teardown_after(exception, fn)
-            if isinstance(exception, SignalInterrupt):
-                self.signals.after_teardown(exception)
+            if self._fail(exception, fn):
                 return None
             if isinstance(exception, KeyboardInterrupt):
                 # the run is torn down (callbacks told, loggers finalized); then the process ends with status 1,
                 # as with Lightning, rather than going on with the rest of the script
                 raise SystemExit(1) from None
             raise
+
+    def _start(self, model: LightningModule, fn: TrainerFn) -> Any:
+        """The stage begins: its state, the module connected to the trainer and strategy, the profiler set up
+        (returned: ``None`` without one)."""
+        context, trainer, strategy = self.context, self.trainer, self.context.strategy
+        state = context.state
+        state.fn, state.status = fn, TrainerStatus.RUNNING
+        if fn == TrainerFn.FITTING:  # a GradientAccumulationScheduler of an earlier fit changed it
+            context.accumulate_grad_batches = context.config.accumulate_grad_batches
+        context.stop.reset()
+        context.metrics.start_run()
+        context.module = model
+        model.trainer = trainer
+        strategy.connect(model)
+        profiler = context.profiler
+        if profiler is not None:
+            profiler.setup(stage=fn.value, local_rank=strategy.local_rank if strategy.world_size > 1 else None,
+                           log_dir=trainer.log_dir)  # fmt: skip
+            profiler.attach_module(model)
+        return profiler
+
+    def _configure(self, fn: TrainerFn, profiler: Any) -> None:
+        """The module's ``configure_callbacks`` joined in, and the loop configuration checked; a failure here
+        tears the profiler down (no run: no report)."""
+        context, trainer, hooks = self.context, self.trainer, self.context.hooks
+        hooks.reset()
+        try:
+            context.callbacks = attach_model_callbacks(trainer.callbacks, hooks.call_module("configure_callbacks"))
+            hooks.reset()
+            configuration_validator._verify_loop_configurations(trainer)
+            if fn == TrainerFn.FITTING and context.config.max_epochs_defaulted:
+                context.max_epochs_default_applied = True
+                rank_zero_warn(
+                    "`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set "
+                    "`max_epochs=-1`.",
+                    category=PossibleUserWarning,
+                )
+        except BaseException:
+            if profiler is not None:
+                profiler.teardown(fn.value)  # no run: no report, and torch's profiler must not stay on
+            raise
+
+    def _fail(self, exception: BaseException, fn: TrainerFn) -> bool:
+        """A stage that raised: the status, the strategy and the ``on_exception`` hooks told, the stage torn down.
+        ``True``: a handled signal, after which the run ends quietly (the caller re-raises anything else)."""
+        state, hooks = self.context.state, self.context.hooks
+        if isinstance(exception, KeyboardInterrupt):  # Ctrl-C: also a handled one (a CtrlCInterrupt)
+            if not isinstance(exception, SignalInterrupt):  # a handled one said so when it came
+                rank_zero_info("\nDetected KeyboardInterrupt, attempting graceful shutdown ...")
+            self.signals.ignore_ctrl_c()  # until teardown restores the handler
+        state.status = TrainerStatus.INTERRUPTED
+        if not isinstance(exception, (SignalInterrupt, KeyboardInterrupt)):
+            self.context.strategy.on_exception(exception)  # e.g. DDP: name the rank, release the other ranks
+        hooks.call_callbacks("on_exception", exception)
+        hooks.call_datamodule("on_exception", exception)
+        self._teardown_after(exception, fn)
+        if isinstance(exception, SignalInterrupt):
+            self.signals.after_teardown(exception)
+            return True
+        return False
 
     def run_loop(self) -> Any:
         """The set-up stage's loop (``Trainer._run_stage``): fit's, an evaluation's or the prediction's."""
@@ -412,7 +430,7 @@ class _FirstError:
             raise error
 
 
-def _automatic_resume(callbacks: list[Any], default_root_dir: str) -> str | None:
+def _automatic_resume(callbacks: Sequence[Any], default_root_dir: str) -> str | None:
     """Where a fit given no ``ckpt_path`` picks up: in a SLURM job, the newest HPC checkpoint in
     ``default_root_dir`` (``hpc_ckpt_<n>.ckpt``, written before a requeue), else a requeued job's last checkpoint;
     a run an exception ended from the file its ``OnExceptionCheckpoint`` left."""
@@ -428,44 +446,6 @@ def _automatic_resume(callbacks: list[Any], default_root_dir: str) -> str | None
             rank_zero_info(f"Resuming from {path!r}, which OnExceptionCheckpoint saved when the last run failed.")
             return path
     return None
-
-
-@contextlib.contextmanager
-def torch_settings(config: TrainerConfig, device: torch.device) -> Iterator[None]:
-    """The torch-global settings a run's flags ask for, put back as they were when the run ends.
-
-    ``matmul_precision``, ``deterministic`` (with cuBLAS's workspace variable), ``benchmark`` and
-    ``detect_anomaly`` all change process-wide state that outlives the Trainer otherwise.
-    """
-    saved = (
-        torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled(),
-        torch.is_deterministic_algorithms_warn_only_enabled(), torch.backends.cudnn.benchmark,
-        torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-    )  # fmt: skip
-    if config.matmul_precision is not None:
-        torch.set_float32_matmul_precision(config.matmul_precision)
-    else:
-        _cuda._check_cuda_matmul_precision(device)  # the module's name, read now (Lightning's tests patch it)
-    deterministic = config.deterministic
-    if deterministic is not None:
-        torch.use_deterministic_algorithms(bool(deterministic), warn_only=deterministic == "warn")
-        if deterministic:
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    if config.benchmark is not None or deterministic:
-        torch.backends.cudnn.benchmark = bool(config.benchmark) and not deterministic
-    torch.autograd.set_detect_anomaly(config.detect_anomaly)
-    try:
-        yield
-    finally:
-        matmul, det, warn_only, benchmark, anomaly, check_nan, workspace = saved
-        torch.set_float32_matmul_precision(matmul)
-        torch.use_deterministic_algorithms(det, warn_only=warn_only)
-        torch.backends.cudnn.benchmark = benchmark
-        torch.autograd.set_detect_anomaly(anomaly, check_nan=check_nan)
-        if workspace is None:
-            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-        else:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
 
 
 def _print_results(results: list[dict[str, float]], title: str) -> None:

@@ -3,7 +3,8 @@
 Construction validates every flag (``trainer/flags.py``), picks the strategy (``strategies/factory.py``)
 and builds the callbacks and loggers the flags imply (``trainer/connectors/``). The run's state lives in
 one :class:`~fulmen.runtime.context.RunContext` (``trainer.run_context``), which the loops receive; the
-properties below read it. A stage runs through :class:`~fulmen.trainer.runner.StageRunner`.
+properties read it (the read-only ones in ``trainer/properties.py``, a base class; those users may also assign
+below). A stage runs through :class:`~fulmen.trainer.runner.StageRunner`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import signal
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -28,9 +28,10 @@ from fulmen.loops.fit_loop import FitLoop
 from fulmen.precision import Precision
 from fulmen.runtime.context import RunContext
 from fulmen.runtime.data import split_datamodule
-from fulmen.runtime.results import to_scalars
-from fulmen.runtime.state import RunningStage, TrainerFn, TrainerState, TrainerStatus
-from fulmen.strategies.parallel import ParallelStrategy
+from fulmen.runtime.results import to_scalars as to_scalars  # importable from here as before the split
+from fulmen.runtime.state import RunningStage, TrainerFn, TrainerStatus
+from fulmen.runtime.state import TrainerState as TrainerState  # Lightning's module holds it
+from fulmen.strategies.parallel import ParallelStrategy as ParallelStrategy  # and this
 from fulmen.strategies.strategy import Strategy
 from fulmen.trainer import call as _call
 from fulmen.trainer._lightning_names import trainer_module_getattr as __getattr__  # noqa: F401
@@ -40,6 +41,7 @@ from fulmen.trainer.connectors.accelerator_connector import choose_strategy
 from fulmen.trainer.connectors.signal_connector import _SignalConnector
 from fulmen.trainer.flags import ConfigField, TrainerConfig, parse_flags
 from fulmen.trainer.internals import LightningInternals
+from fulmen.trainer.properties import TrainerProperties
 from fulmen.trainer.runner import StageRunner
 from fulmen.trainer.states import StageFlag
 from fulmen.utilities.argparse import _defaults_from_env_vars
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
     from fulmen.profilers import Profiler
 
 
-class Trainer(LightningInternals):
+class Trainer(TrainerProperties, LightningInternals):
     """Runs a LightningModule: ``fit``, ``validate``, ``test`` and ``predict``.
 
     Arguments mirror ``lightning.pytorch.Trainer`` (same names and defaults); every flag is validated when
@@ -112,47 +114,22 @@ class Trainer(LightningInternals):
         stochastic_weight_avg: bool = False,
     ) -> None:
         config = parse_flags({k: v for k, v in locals().items() if k != "self"})
-        strategy_ = choose_strategy(config)
-        if config.checkpoint_io is not None:
-            strategy_.use_plugin_checkpoint_io(config.checkpoint_io)
-        self._context = context = RunContext(self, config, strategy_)
-        self.validate_loop = EvaluationLoop(context, "validation")
-        self.test_loop = EvaluationLoop(context, "test")
-        self.predict_loop = PredictionLoop(context)
-        self.fit_loop = FitLoop(context, self.validate_loop)
+        self._context = context = RunContext(self, config, _strategy_for(config))
+        self._make_loops(context)
         self._runner = StageRunner(self, context, _SignalConnector(self, context.stop))
         self.predictions: Any = None
         self._managed_ckpt_path: str | Path | None = None  # `trainer.ckpt_path = ...` (see checkpointing.py)
         context.callbacks = build_callbacks(config)
         context.loggers = build_loggers(config, self.default_root_dir)
 
-    # -- the run's state, and the flags ---------------------------------------------------------------------
-    @property
-    def run_context(self) -> RunContext:
-        """The state of the run the loops share (progress, stop requests, results, data, dispatcher)."""
-        return self._context
+    def _make_loops(self, context: RunContext) -> None:
+        """The stage loops, on the run's context (fit's loop runs validation through ``validate_loop``)."""
+        self.validate_loop = EvaluationLoop(context, "validation")
+        self.test_loop = EvaluationLoop(context, "test")
+        self.predict_loop = PredictionLoop(context)
+        self.fit_loop = FitLoop(context, self.validate_loop)
 
-    @property
-    def config(self) -> TrainerConfig:
-        """The validated flags (frozen)."""
-        return self._context.config
-
-    @property
-    def state(self) -> TrainerState:
-        return self._context.state
-
-    @property
-    def strategy(self) -> Strategy:
-        return self._context.strategy
-
-    @property
-    def accelerator(self) -> Accelerator:
-        return self._context.config.accelerator
-
-    @property
-    def lightning_module(self) -> LightningModule:
-        return self._context.module  # type: ignore[return-value]
-
+    # -- what users may assign, and what the strategy, flags, callbacks and loaders show --------------------
     @property
     def datamodule(self) -> LightningDataModule | None:
         return self._context.datamodule
@@ -232,42 +209,6 @@ class Trainer(LightningInternals):
         return self.strategy.optimizer_frequencies
 
     @property
-    def global_step(self) -> int:
-        return self._context.progress.global_step
-
-    @property
-    def current_epoch(self) -> int:
-        return self._context.progress.current_epoch
-
-    @property
-    def is_last_batch(self) -> bool:
-        return self.fit_loop.epoch_loop.is_last_batch
-
-    @property
-    def num_training_batches(self) -> int | float:
-        return self._context.batches.train
-
-    @property
-    def val_check_batch(self) -> int | float:
-        return self._context.batches.val_check
-
-    @property
-    def num_sanity_val_batches(self) -> list[int | float]:
-        return self._context.batches.sanity or []
-
-    @property
-    def num_val_batches(self) -> list[int | float]:
-        return self._context.batches.val or []
-
-    @property
-    def num_test_batches(self) -> list[int | float]:
-        return self._context.batches.test or []
-
-    @property
-    def num_predict_batches(self) -> list[int | float]:
-        return self._context.batches.predict or []
-
-    @property
     def accumulate_grad_batches(self) -> int:
         """Batches per optimizer step. Set by ``Trainer(accumulate_grad_batches=...)``; during fit a
         ``GradientAccumulationScheduler`` changes it, and each fit starts again from the Trainer's value."""
@@ -310,52 +251,6 @@ class Trainer(LightningInternals):
     overfit_batches: ConfigField[int | float] = ConfigField()
     profiler: ConfigField[Profiler] = ConfigField()  # a PassThroughProfiler for profiler=None
 
-    @property
-    def callback_metrics(self) -> dict[str, Any]:
-        return self._context.metrics.current_callback_metrics()
-
-    @property
-    def logged_metrics(self) -> dict[str, Any]:
-        return self._context.metrics.logged
-
-    @property
-    def progress_bar_metrics(self) -> dict[str, float]:
-        """Values shown by the progress bar, as numbers (reading this is a host-device sync point)."""
-        return to_scalars(self._context.metrics.current_pbar_metrics())
-
-    @property
-    def world_size(self) -> int:
-        return self.strategy.world_size
-
-    @property
-    def global_rank(self) -> int:
-        return self.strategy.global_rank
-
-    @property
-    def local_rank(self) -> int:
-        return self.strategy.local_rank
-
-    @property
-    def node_rank(self) -> int:
-        return self.strategy.node_rank
-
-    @property
-    def is_global_zero(self) -> bool:
-        return self.strategy.is_global_zero
-
-    @property
-    def num_devices(self) -> int:
-        return len(self.config.devices)
-
-    @property
-    def device_ids(self) -> list[int]:
-        """The devices' indices; CPU devices, which have none, are numbered by position (``devices=2``: [0, 1])."""
-        return [d.index if d.index is not None else i for i, d in enumerate(self.config.devices)]
-
-    @property
-    def interrupted(self) -> bool:
-        return self.state.status == TrainerStatus.INTERRUPTED
-
     # whether that stage is running; setting True enters it, False leaves it (callbacks and tests set them)
     training = StageFlag(RunningStage.TRAINING)
     sanity_checking = StageFlag(RunningStage.SANITY_CHECKING)
@@ -364,26 +259,8 @@ class Trainer(LightningInternals):
     predicting = StageFlag(RunningStage.PREDICTING)
 
     @property
-    def evaluating(self) -> bool:  # validating, testing or the sanity check
-        return self.state.stage is not None and self.state.stage.evaluating
-
-    @property
-    def enable_validation(self) -> bool:
-        """Whether fit will run validation: a ``validation_step``, a validation loader and batches to run."""
-        return self._context.data.validation_enabled(load=False)
-
-    @property
-    def received_sigterm(self) -> bool:
-        return self._context.stop.signal == signal.SIGTERM
-
-    @property
     def scaler(self) -> Any:  # the precision's GradScaler, None when it uses none
         return getattr(self.precision_plugin, "scaler", None)
-
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, Any] | None:  # None unless several processes can run
-        strategy = self.strategy
-        return strategy.distributed_sampler_kwargs if isinstance(strategy, ParallelStrategy) else None
 
     @property
     def default_root_dir(self) -> str:
@@ -439,11 +316,6 @@ class Trainer(LightningInternals):
     @property
     def predict_dataloaders(self) -> Any:
         return self._context.data.stage_dataloaders("predict")
-
-    @property
-    def estimated_stepping_batches(self) -> int | float:
-        """Optimizer steps the whole fit is expected to take (for schedulers like OneCycleLR)."""
-        return self.fit_loop.estimated_stepping_batches()
 
     @property
     def ckpt_path(self) -> str | os.PathLike[str] | None:
@@ -582,6 +454,14 @@ class Trainer(LightningInternals):
         skips initialisation (weights come from a checkpoint); under FSDP it means the meta device, the model
         then materialised already sharded."""
         return self.strategy.tensor_init_context(empty_init=empty_init)
+
+
+def _strategy_for(config: TrainerConfig) -> Strategy:
+    """The strategy the flags choose, using the ``CheckpointIO`` plugin passed, if any."""
+    strategy = choose_strategy(config)
+    if config.checkpoint_io is not None:
+        strategy.use_plugin_checkpoint_io(config.checkpoint_io)
+    return strategy
 
 
 __all__ = ["Trainer"]

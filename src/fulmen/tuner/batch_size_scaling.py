@@ -166,11 +166,7 @@ def scale_batch_size(
                "dataloaders": dataloaders}  # fmt: skip
     loaders = {k: v for k, v in loaders.items() if v is not None}
     _check_loaders(method, loaders)
-    searched_loader = loaders.get("train_dataloaders" if method == "fit" else "dataloaders")
-    if searched_loader is None:  # the module's (or data module's) own loader for that method
-        searched_loader = _hook_loader(model, datamodule, method)
-        if method != "fit":  # several evaluation loaders: which one's batch size? (training ones are combined)
-            _check_loaders(method, {"dataloaders": searched_loader})
+    searched_loader = _searched_loader(model, datamodule, method, loaders)
     owners = field_owners(model, datamodule, batch_arg_name)
     # the loaders whose batch size is searched: the training loader for fit, the evaluated one otherwise
     searched = "train_dataloaders" if method == "fit" else "dataloaders"
@@ -180,44 +176,83 @@ def scale_batch_size(
             "or the data module, and no dataloaders were passed. Add `self.batch_size` (read by your "
             "*_dataloader() hooks) or pass batch_arg_name='<your field>'."
         )
-    limit = max_val if max_val is not None else 2**31
-    dataset_size = _dataset_size(searched_loader)
-    per_process = None
-    if dataset_size is not None:
-        per_process = max(1, math.ceil(dataset_size / max(1, trainer.strategy.world_size)))
-        limit = min(limit, per_process)
+    limit, per_process = _size_limit(trainer, searched_loader, max_val)
 
-    outer = trainer.strategy
-    outer.prepare_for_tuning()  # the process group the processes agree through (ddp_spawn: not here)
+    trainer.strategy.prepare_for_tuning()  # the process group the processes agree through (ddp_spawn: not here)
     previous_values = [(owner, name, _get(owner, name)) for owner, name in owners]
 
     with preserved(model, datamodule) as weights:
-
-        def run_trial(size: int) -> bool:
-            for owner, name in owners:
-                set_field(owner, name, size)
-            trial_loaders = {k: rebuild_dataloader(v, batch_size=size) if k == searched else v
-                             for k, v in loaders.items()}  # fmt: skip
-            model.load_state_dict(weights)
-            try:
-                run_stage(trial_trainer(trainer, steps_per_trial), method, model, datamodule, trial_loaders)
-                fitted = True
-            except BaseException as error:
-                if not is_oom_error(error):
-                    outer.on_exception(error)  # under DDP: the others stop waiting for this process's vote
-                    raise
-                fitted = False
-            free_memory(after_oom=not fitted)
-            agreed = outer.reduce_boolean_decision(fitted, all=True)  # every process fitted, or none counts
-            rank_zero_info(f"Batch size {size}: {'fits' if agreed else 'out of memory'}.")
-            return agreed
-
+        run_trial = _trial_runner(
+            trainer, model, datamodule, method, steps_per_trial, loaders, searched, owners, weights
+        )
         try:
             found = search(run_trial, mode, init_val, max_trials, margin, limit, limit == per_process)
         except BaseException:
             for owner, name, value in previous_values:
                 set_field(owner, name, value)
             raise
+    return _apply_result(found, mode, owners, loaders, searched, on_result)
+
+
+def _searched_loader(model: LightningModule, datamodule: Any, method: str, loaders: dict[str, Any]) -> Any:
+    """The loader whose dataset bounds the search: the one passed for ``method``, else its hook's."""
+    searched_loader = loaders.get("train_dataloaders" if method == "fit" else "dataloaders")
+    if searched_loader is None:  # the module's (or data module's) own loader for that method
+        searched_loader = _hook_loader(model, datamodule, method)
+        if method != "fit":  # several evaluation loaders: which one's batch size? (training ones are combined)
+            _check_loaders(method, {"dataloaders": searched_loader})
+    return searched_loader
+
+
+def _size_limit(trainer: Trainer, searched_loader: Any, max_val: int | None) -> tuple[int, int | None]:
+    """(the largest size to try, each process's share of the dataset when its length is known): ``max_val``,
+    lowered to that share (a larger batch holds no more samples)."""
+    limit = max_val if max_val is not None else 2**31
+    dataset_size = _dataset_size(searched_loader)
+    per_process = None
+    if dataset_size is not None:
+        per_process = max(1, math.ceil(dataset_size / max(1, trainer.strategy.world_size)))
+        limit = min(limit, per_process)
+    return limit, per_process
+
+
+def _trial_runner(
+    trainer: Trainer, model: LightningModule, datamodule: LightningDataModule | None, method: str,
+    steps_per_trial: int, loaders: dict[str, Any], searched: str, owners: list[tuple[Any, str]],
+    weights: dict[str, Any],
+) -> Callable[[int], bool]:
+    """One trial for ``search``: ``steps_per_trial`` steps of ``method`` at a size, from the saved ``weights``,
+    in a trial trainer; True when every process fitted it in memory."""
+    outer = trainer.strategy
+
+    def run_trial(size: int) -> bool:
+        for owner, name in owners:
+            set_field(owner, name, size)
+        trial_loaders = {k: rebuild_dataloader(v, batch_size=size) if k == searched else v
+                         for k, v in loaders.items()}  # fmt: skip
+        model.load_state_dict(weights)
+        try:
+            run_stage(trial_trainer(trainer, steps_per_trial), method, model, datamodule, trial_loaders)
+            fitted = True
+        except BaseException as error:
+            if not is_oom_error(error):
+                outer.on_exception(error)  # under DDP: the others stop waiting for this process's vote
+                raise
+            fitted = False
+        free_memory(after_oom=not fitted)
+        agreed = outer.reduce_boolean_decision(fitted, all=True)  # every process fitted, or none counts
+        rank_zero_info(f"Batch size {size}: {'fits' if agreed else 'out of memory'}.")
+        return agreed
+
+    return run_trial
+
+
+def _apply_result(
+    found: BatchSizeSearch, mode: str, owners: list[tuple[Any, str]], loaders: dict[str, Any], searched: str,
+    on_result: Callable[[int, dict[str, Any]], None] | None,
+) -> int:
+    """The size found, written to every field that holds it and given to ``on_result`` with the searched loader
+    rebuilt at that size (when one was passed); returned."""
     assert found.result is not None
     for owner, name in owners:
         set_field(owner, name, found.result)

@@ -1,4 +1,5 @@
-"""Turn a sharded checkpoint folder (FSDP's ``state_dict_type="sharded"``) into one checkpoint file::
+"""Lightning's import path ``lightning.pytorch.utilities.consolidate_checkpoint``: the command that turns a
+sharded checkpoint folder (FSDP's ``state_dict_type="sharded"``) into one checkpoint file::
 
     python -m fulmen.utilities.consolidate_checkpoint epoch=3-step=120.ckpt
     python -m fulmen.utilities.consolidate_checkpoint epoch=3-step=120.ckpt --output_file model.ckpt
@@ -16,7 +17,7 @@ from argparse import ArgumentParser, Namespace
 from pathlib import Path
 from typing import NoReturn
 
-from fulmen.utilities import distributed_checkpoint
+from fulmen.checkpoint import sharded as distributed_checkpoint
 
 # named, not __name__: run with `python -m` this module is __main__, and its messages would miss fulmen's handler
 _log = logging.getLogger("fulmen.utilities.consolidate_checkpoint")

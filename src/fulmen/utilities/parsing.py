@@ -195,6 +195,23 @@ def save_hyperparameters(
     """Store constructor arguments (all, or those named in ``args``) in ``obj._hparams``."""
     # names (str), or one object holding them (a dict, a Namespace): a number is neither
     one_object = len(args) == 1 and not isinstance(args[0], str)
+    _check_hparams_args(args, one_object)
+    if one_object:
+        hparams = _hparams_of_object(obj, args[0], frame)
+    else:
+        hparams = _hparams_of_init_args(obj, args, frame, given_hparams)
+    for key, value in hparams.items():
+        if isinstance(value, torch.nn.Module) and key not in (ignore or ()):
+            rank_zero_warn(
+                f"Attribute {key!r} is an instance of `nn.Module` and is already saved during checkpointing (in "
+                f"the state_dict). It is recommended to ignore them using `self.save_hyperparameters(ignore="
+                f"[{key!r}])`."
+            )
+    _store_hparams(obj, hparams, ignore)
+
+
+def _check_hparams_args(args: tuple[Any, ...], one_object: bool) -> None:
+    """Refuse numbers, and a single object that holds no named values (neither a dict nor one with attributes)."""
     if any(isinstance(a, (bool, int, float)) for a in args) or (
         one_object and not isinstance(args[0], dict) and not hasattr(args[0], "__dict__")
     ):
@@ -203,35 +220,41 @@ def save_hyperparameters(
             f"{', '.join(repr(a) for a in args)}. Pass argument names as strings (`save_hyperparameters('lr')`), "
             "or one dict / Namespace of hyper-parameters."
         )
-    if one_object:
-        hp = args[0]
-        if isinstance(hp, types.SimpleNamespace):
-            hp = vars(hp)
-        hparams = dict(hp) if isinstance(hp, dict) else dict(vars(hp))
-        # the __init__ argument that carried the object, so load_from_checkpoint can pass it back by name
-        init_args = _collect_init_args(obj, frame) if frame is not None else {}
-        obj._hparams_name = next((k for k, v in init_args.items() if v is args[0]), None)
-    else:
-        init_args = given_hparams if given_hparams is not None else _collect_init_args(obj, frame)
-        if args:
-            missing = [a for a in args if a not in init_args]
-            if missing:
-                raise ValueError(
-                    f"save_hyperparameters({', '.join(map(repr, args))}): {missing} are not arguments of "
-                    f"{type(obj).__name__}.__init__. Available: {sorted(init_args)}."
-                )
-            hparams = {k: init_args[k] for k in args}
-        else:
-            hparams = dict(init_args)
-        hparams = _with_given_config(obj, hparams)
-        obj._hparams_name = "kwargs" if hparams else None
-    for key, value in hparams.items():
-        if isinstance(value, torch.nn.Module) and key not in (ignore or ()):
-            rank_zero_warn(
-                f"Attribute {key!r} is an instance of `nn.Module` and is already saved during checkpointing (in "
-                f"the state_dict). It is recommended to ignore them using `self.save_hyperparameters(ignore="
-                f"[{key!r}])`."
+
+
+def _hparams_of_object(obj: Any, given: Any, frame: types.FrameType | None) -> dict[str, Any]:
+    """The values of one dict / Namespace passed to ``save_hyperparameters``; sets ``obj._hparams_name``."""
+    hp = vars(given) if isinstance(given, types.SimpleNamespace) else given
+    hparams = dict(hp) if isinstance(hp, dict) else dict(vars(hp))
+    # the __init__ argument that carried the object, so load_from_checkpoint can pass it back by name
+    init_args = _collect_init_args(obj, frame) if frame is not None else {}
+    obj._hparams_name = next((k for k, v in init_args.items() if v is given), None)
+    return hparams
+
+
+def _hparams_of_init_args(
+    obj: Any, names: tuple[Any, ...], frame: types.FrameType | None, given_hparams: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The constructor's arguments (those in ``names``, else all), with the values of a command-line config
+    that builds ``obj`` in place of the objects they became; sets ``obj._hparams_name``."""
+    init_args = given_hparams if given_hparams is not None else _collect_init_args(obj, frame)
+    if names:
+        missing = [a for a in names if a not in init_args]
+        if missing:
+            raise ValueError(
+                f"save_hyperparameters({', '.join(map(repr, names))}): {missing} are not arguments of "
+                f"{type(obj).__name__}.__init__. Available: {sorted(init_args)}."
             )
+        hparams = {k: init_args[k] for k in names}
+    else:
+        hparams = dict(init_args)
+    hparams = _with_given_config(obj, hparams)
+    obj._hparams_name = "kwargs" if hparams else None
+    return hparams
+
+
+def _store_hparams(obj: Any, hparams: dict[str, Any], ignore: Sequence[str] | str | None) -> None:
+    """``hparams`` added to what ``obj`` saved before, ``ignore`` left out, and the initial copy taken."""
     # a later call adds to what an earlier one saved (a parent's __init__ saved its own arguments, the
     # subclass adds its), and `ignore` removes from the whole, as Lightning does
     previous = getattr(obj, "_hparams", None)

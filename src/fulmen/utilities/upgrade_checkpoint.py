@@ -1,4 +1,5 @@
-"""Upgrade checkpoint files of older Lightning versions to the current format, in place::
+"""Lightning's import path ``lightning.pytorch.utilities.upgrade_checkpoint``: the command that upgrades
+checkpoint files of older Lightning versions to the current format, in place::
 
     python -m fulmen.utilities.upgrade_checkpoint model.ckpt
     python -m fulmen.utilities.upgrade_checkpoint lightning_logs/ --extension .pt
@@ -21,7 +22,11 @@ from typing import Any
 
 import torch
 
-from fulmen.utilities import checkpoint_io
+# the callbacks whose pre-0.10 state an upgrade moves under `callbacks`, keyed by their classes: loaded so that
+# the files written back hold the classes (see fulmen.utilities.migration.migration.holds_legacy_state)
+import fulmen.callbacks.early_stopping
+import fulmen.callbacks.model_checkpoint  # noqa: F401
+from fulmen.checkpoint import files as checkpoint_io
 from fulmen.utilities.migration import migrate_checkpoint, pl_legacy_patch
 
 # named, not __name__: run with `python -m` this module is __main__, and its messages would miss fulmen's handler

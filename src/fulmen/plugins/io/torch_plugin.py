@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from fulmen.checkpoint import files as checkpoint_io
 from fulmen.plugins.io.checkpoint_plugin import CheckpointIO
-from fulmen.utilities import checkpoint_io, cloud_io
+from fulmen.utilities import cloud_io
 
 _Path = str | os.PathLike[str]
 
@@ -14,7 +15,7 @@ _Path = str | os.PathLike[str]
 class TorchCheckpointIO(CheckpointIO):
     """``torch.save`` / ``torch.load`` through fulmen's safe, atomic checkpoint files (local paths and any
     fsspec URL; a ``.safetensors`` path exports the weights); loading is ``weights_only`` unless told
-    otherwise (``None``: torch's default, see :func:`fulmen.utilities.checkpoint_io.resolve_weights_only`)."""
+    otherwise (``None``: torch's default, see :func:`fulmen.checkpoint.files.resolve_weights_only`)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: _Path, storage_options: Any | None = None) -> None:
         if storage_options is not None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fulmen.checkpoint.files import link_through, raise_failed_save_of
 from fulmen.plugins.io.checkpoint_plugin import CheckpointIO
-from fulmen.utilities.checkpoint_io import link_through, raise_failed_save_of
 
 
 class _WrappingCheckpointIO(CheckpointIO):

@@ -80,6 +80,33 @@ class _MultiProcessingLauncher(_Launcher):
         if self.in_worker:
             return function(*args, **kwargs)
         name = self._strategy.strategy_name
+        self._check_start(name)
+        processes = len(self._strategy.parallel_devices)
+        env = _worker_environment(name, processes)
+        result_dir = tempfile.mkdtemp(prefix="fulmen-spawn-")
+        try:
+            job: bytes | tuple[Any, ...] = (self, function, args, kwargs, trainer)
+            if self._start_method != "fork":
+                # pickled here, by value: torch.multiprocessing would pass tensors as shared memory, and every
+                # worker would then train the same parameter storage
+                job = pickle.dumps(job)
+            context = mp.start_processes(
+                _worker, args=(env, job, result_dir), nprocs=processes, start_method=self._start_method, join=False
+            )
+            self.procs = list(context.processes)
+            _join(context, name)
+            payload = torch.load(os.path.join(result_dir, _RESULT_FILE), map_location="cpu", weights_only=False)
+        finally:
+            shutil.rmtree(result_dir, ignore_errors=True)
+        if trainer is None:
+            return payload["result"]
+        result = _recover(trainer, args[0], payload)
+        self.update_main_process_results(trainer, payload["extra"])
+        return result
+
+    def _check_start(self, name: str) -> None:
+        """Refuse a start that cannot work: a spawn from a process that is itself a spawned one importing the
+        script, or a fork after CUDA was initialised here."""
         if self._start_method == "spawn" and getattr(mp.current_process(), "_inheriting", False) is True:
             # a spawned process imports the main module again before it runs its job: without a main guard,
             # that import reaches fit() once more (it would start processes of its own, forever)
@@ -93,56 +120,6 @@ class _MultiProcessingLauncher(_Launcher):
                 f"strategy={name!r} forks this process, but CUDA is already initialised in it, and a forked process "
                 "cannot use CUDA then. Don't touch CUDA before fit(), or use strategy='ddp_spawn'."
             )
-        processes = len(self._strategy.parallel_devices)
-        env = {"MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
-               "MASTER_PORT": os.environ.get("MASTER_PORT") or str(free_port()),
-               "WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes), "GROUP_RANK": "0",
-               LAUNCHER_VARIABLE: name}  # fmt: skip
-        result_dir = tempfile.mkdtemp(prefix="fulmen-spawn-")
-        try:
-            job: bytes | tuple[Any, ...] = (self, function, args, kwargs, trainer)
-            if self._start_method != "fork":
-                # pickled here, by value: torch.multiprocessing would pass tensors as shared memory, and every
-                # worker would then train the same parameter storage
-                job = pickle.dumps(job)
-            context = mp.start_processes(
-                _worker, args=(env, job, result_dir), nprocs=processes, start_method=self._start_method, join=False
-            )
-            self.procs = list(context.processes)
-            try:
-                while not context.join(grace_period=_GRACE_SECONDS):
-                    pass
-            except mp.ProcessRaisedException as err:
-                index, pid, text = _first_failure(context, err)
-                # torch's message ends with the worker's traceback, whose "Type: message" line names the error
-                # (notes such as the rank it was raised on may follow it)
-                lines = [line.strip() for line in text.splitlines()]
-                named = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", line)]
-                cause = named[-1] if named else "an error"
-                raise _RankRaised(
-                    f"strategy={name!r}: the process of rank {index} failed with {cause} (its traceback "
-                    f"is below).\n{text}",
-                    index,
-                    pid,
-                ) from err
-            except mp.ProcessExitedException as err:
-                how = f"was killed by {err.signal_name}" if err.signal_name else f"exited with code {err.exit_code}"
-                raise _RankExited(
-                    f"strategy={name!r}: the process of rank {err.error_index} {how} before the run ended; the "
-                    "other processes were stopped.",
-                    err.error_index,
-                    _pid(err),
-                    err.exit_code,
-                    err.signal_name,
-                ) from err
-            payload = torch.load(os.path.join(result_dir, _RESULT_FILE), map_location="cpu", weights_only=False)
-        finally:
-            shutil.rmtree(result_dir, ignore_errors=True)
-        if trainer is None:
-            return payload["result"]
-        result = _recover(trainer, args[0], payload)
-        self.update_main_process_results(trainer, payload["extra"])
-        return result
 
     def get_extra_results(self, trainer: Any) -> dict[str, Any]:
         """In rank 0's process, once the stage ran: what to send back to the main process besides the weights
@@ -169,6 +146,46 @@ class _MultiProcessingLauncher(_Launcher):
 # torch waits 30 s after its SIGTERM by default; a surviving rank blocked in a collective with the dead one
 # cannot act on the signal there (fulmen stops a run at a batch boundary), so the whole wait was lost time
 _GRACE_SECONDS = 5.0
+
+
+def _worker_environment(name: str, processes: int) -> dict[str, str]:
+    """The environment variables of the started processes (each adds its rank): where they meet, how many
+    they are, and which launcher started them."""
+    return {"MASTER_ADDR": os.environ.get("MASTER_ADDR", "127.0.0.1"),
+            "MASTER_PORT": os.environ.get("MASTER_PORT") or str(free_port()),
+            "WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes), "GROUP_RANK": "0",
+            LAUNCHER_VARIABLE: name}  # fmt: skip
+
+
+def _join(context: Any, name: str) -> None:
+    """Wait for the started processes to end; one that raised or died raises here, naming its rank and
+    its error (torch's exception types, so that code catching those still does)."""
+    try:
+        while not context.join(grace_period=_GRACE_SECONDS):
+            pass
+    except mp.ProcessRaisedException as err:
+        index, pid, text = _first_failure(context, err)
+        # torch's message ends with the worker's traceback, whose "Type: message" line names the error
+        # (notes such as the rank it was raised on may follow it)
+        lines = [line.strip() for line in text.splitlines()]
+        named = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", line)]
+        cause = named[-1] if named else "an error"
+        raise _RankRaised(
+            f"strategy={name!r}: the process of rank {index} failed with {cause} (its traceback "
+            f"is below).\n{text}",
+            index,
+            pid,
+        ) from err
+    except mp.ProcessExitedException as err:
+        how = f"was killed by {err.signal_name}" if err.signal_name else f"exited with code {err.exit_code}"
+        raise _RankExited(
+            f"strategy={name!r}: the process of rank {err.error_index} {how} before the run ended; the "
+            "other processes were stopped.",
+            err.error_index,
+            _pid(err),
+            err.exit_code,
+            err.signal_name,
+        ) from err
 
 
 def _first_failure(context: Any, err: mp.ProcessRaisedException) -> tuple[int, int, str]:

@@ -85,45 +85,10 @@ def _runif_reasons(
         rich, omegaconf, psutil, sklearn, onnx, onnxscript, tensorrt: that package is installed.
         linux_only: on Linux.
     """
-    reasons: list[str] = []
-    flags: dict[str, bool] = {}
-    if min_cuda_gpus:
-        if torch.cuda.device_count() < min_cuda_gpus:
-            reasons.append(f"GPUs>={min_cuda_gpus}")
-        flags["min_cuda_gpus"] = True
-    if min_torch and compare_version("torch", operator.lt, min_torch, use_base_version=True):
-        reasons.append(f"torch>={min_torch}, {torch.__version__} installed")
-    if max_torch and compare_version("torch", operator.ge, max_torch, use_base_version=True):
-        reasons.append(f"torch<{max_torch}, {torch.__version__} installed")
-    if min_python:
-        running = ".".join(str(n) for n in sys.version_info[:3])
-        if parse_version(running) < parse_version(min_python):
-            reasons.append(f"python>={min_python}")
-    if bf16_cuda and not _cuda_supports_bf16():
-        reasons.append("CUDA device bf16")
-    if skip_windows and sys.platform == "win32":
-        reasons.append("unimplemented on Windows")
-    if tpu:
-        if not package_available("torch_xla"):
-            reasons.append("TPU")
-        flags["tpu"] = True
-    if mps is not None:
-        if mps and not _mps_available():
-            reasons.append("MPS")
-        elif not mps and _mps_available():
-            reasons.append("not MPS")
-    if standalone:
-        if os.getenv("PL_RUN_STANDALONE_TESTS", "0") != "1":
-            reasons.append("Standalone execution")
-        flags["standalone"] = True
-    if deepspeed and not (
-        package_available("deepspeed") and compare_version("torch", operator.ge, "2.4.0")
-    ):
-        reasons.append("Deepspeed")
-    if dynamo and not _dynamo_supported():
-        reasons.append("torch.dynamo")
-    if linux_only and sys.platform != "linux":
-        reasons.append("only linux")
+    reasons = [
+        *_version_reasons(min_cuda_gpus, min_torch, max_torch, min_python),
+        *_platform_reasons(bf16_cuda, skip_windows, tpu, mps, standalone, deepspeed, dynamo, linux_only),
+    ]
     # (asked, available, the reason's name)
     packages = (
         (rich, _RICH_AVAILABLE, "Rich"),
@@ -135,4 +100,48 @@ def _runif_reasons(
         (tensorrt, RequirementCache("torch_tensorrt"), "torch-tensorrt"),
     )
     reasons.extend(name for asked, available, name in packages if asked and not available)
-    return reasons, flags
+    asked = {"min_cuda_gpus": bool(min_cuda_gpus), "tpu": tpu, "standalone": standalone}
+    return reasons, {name: True for name, on in asked.items() if on}
+
+
+def _version_reasons(min_cuda_gpus: int, min_torch: str | None, max_torch: str | None,
+                     min_python: str | None) -> list[str]:  # fmt: skip
+    """The GPU count and the torch / Python versions asked for, in the order their reasons are listed."""
+    reasons = []
+    if min_cuda_gpus and torch.cuda.device_count() < min_cuda_gpus:
+        reasons.append(f"GPUs>={min_cuda_gpus}")
+    if min_torch and compare_version("torch", operator.lt, min_torch, use_base_version=True):
+        reasons.append(f"torch>={min_torch}, {torch.__version__} installed")
+    if max_torch and compare_version("torch", operator.ge, max_torch, use_base_version=True):
+        reasons.append(f"torch<{max_torch}, {torch.__version__} installed")
+    if min_python:
+        running = ".".join(str(n) for n in sys.version_info[:3])
+        if parse_version(running) < parse_version(min_python):
+            reasons.append(f"python>={min_python}")
+    return reasons
+
+
+def _platform_reasons(bf16_cuda: bool, skip_windows: bool, tpu: bool, mps: bool | None, standalone: bool,
+                      deepspeed: bool, dynamo: bool, linux_only: bool) -> list[str]:  # fmt: skip
+    """The device, platform and environment conditions, in the order their reasons are listed."""
+    reasons = []
+    if bf16_cuda and not _cuda_supports_bf16():
+        reasons.append("CUDA device bf16")
+    if skip_windows and sys.platform == "win32":
+        reasons.append("unimplemented on Windows")
+    if tpu and not package_available("torch_xla"):
+        reasons.append("TPU")
+    if mps is not None:
+        if mps and not _mps_available():
+            reasons.append("MPS")
+        elif not mps and _mps_available():
+            reasons.append("not MPS")
+    if standalone and os.getenv("PL_RUN_STANDALONE_TESTS", "0") != "1":
+        reasons.append("Standalone execution")
+    if deepspeed and not (package_available("deepspeed") and compare_version("torch", operator.ge, "2.4.0")):
+        reasons.append("Deepspeed")
+    if dynamo and not _dynamo_supported():
+        reasons.append("torch.dynamo")
+    if linux_only and sys.platform != "linux":
+        reasons.append("only linux")
+    return reasons

@@ -15,7 +15,7 @@ the previous checkpoint untouched. Replacing a directory takes two renames (the 
 is read or written.
 
 Reading never runs code: the non-tensor entries (optimizer parameter groups ...) are unpickled with
-``weights_only=True``, as file checkpoints are (:mod:`fulmen.utilities.checkpoint_io`).
+``weights_only=True``, as file checkpoints are (:mod:`fulmen.checkpoint.files`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from fulmen.utilities import checkpoint_io
+from fulmen.checkpoint import files as checkpoint_io
 
 META_FILE = "meta.pt"
 DCP_METADATA = ".metadata"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fulmen.checkpoint import sharded as distributed_checkpoint
 from fulmen.strategies import FSDPStrategy
-from fulmen.utilities import distributed_checkpoint
 
 staging = pytest.importorskip("torch.distributed.checkpoint.staging")
 pytestmark = pytest.mark.skipif(not hasattr(staging, "DefaultStager"), reason="DCP's DefaultStager came with torch 2.9")
