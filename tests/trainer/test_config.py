@@ -27,10 +27,11 @@ def test_every_trainer_argument_is_a_field_or_resolved_into_one():
     fields = {f.name for f in dataclasses.fields(TrainerConfig)}
     resolved_elsewhere = {"plugins"}  # -> precision_plugin
     assert set(DEFAULTS) - resolved_elsewhere <= fields
-    # and each field is documented
-    source = inspect.getsource(TrainerConfig)
+    # and each field is documented, in the group (a base of TrainerConfig) that declares it
     for field in fields:
-        assert f"    {field}:" in source and '"""' in source.split(f"    {field}:")[1].split("\n")[1]
+        owner = next(cls for cls in TrainerConfig.__mro__ if field in inspect.get_annotations(cls))
+        source = inspect.getsource(owner)
+        assert f"    {field}:" in source and '"""' in source.split(f"    {field}:")[1].split("\n")[1], field
 
 
 def test_the_config_is_frozen_and_keeps_the_arguments_as_given():
@@ -214,3 +215,24 @@ def test_flags_lightning_takes_are_taken(tmp_path, flags):
     ours, theirs = both(program, r"^$")
     assert ours.error is None and theirs.error is None, (ours, theirs)
     assert runs["fulmen"] == runs["lightning.pytorch"]
+
+
+def test_the_config_is_its_groups():
+    """Each group of flags is a small frozen dataclass that one parse function fills; TrainerConfig derives from
+    them all, so no field is declared twice and ``trainer.config.<flag>`` reads the group's field."""
+    from fulmen.trainer import flag_groups, flag_parsing
+
+    groups = [cls for cls in TrainerConfig.__mro__[1:] if dataclasses.is_dataclass(cls)]
+    assert len(groups) == 11 and all(cls.__dataclass_params__.frozen for cls in groups)
+    declared = [name for cls in groups for name in inspect.get_annotations(cls)]
+    assert len(declared) == len(set(declared))
+    own = set(inspect.get_annotations(TrainerConfig))
+    assert {f.name for f in dataclasses.fields(TrainerConfig)} == set(declared) | own
+    assert own == {"devices", "default_root_dir", "arguments"}
+    arguments = dict(DEFAULTS)
+    for name in dir(flag_parsing):
+        function = getattr(flag_parsing, name)
+        returns = getattr(function, "__annotations__", {}).get("return", "")
+        if name.startswith("parse_") and returns.endswith("Flags"):
+            extra = (0,) if "fast" in inspect.signature(function).parameters else ()
+            assert type(function(arguments, *extra)) is getattr(flag_groups, returns), name

@@ -1,5 +1,5 @@
 """The validation of the Trainer's flags, one ``parse_<group>`` function per group of
-:class:`~fulmen.trainer.flags.TrainerConfig` fields (the group types are in ``flags.py``): each takes the
+:class:`~fulmen.trainer.flags.TrainerConfig` fields (the groups are in ``flag_groups.py``): each takes the
 arguments as given and returns the validated values of its group; :func:`~fulmen.trainer.flags.parse_flags`
 assembles the config from them.
 
@@ -12,32 +12,30 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from fulmen.accelerators import Accelerator, select_accelerator
 from fulmen.precision import Precision, normalize_precision
+from fulmen.trainer.flag_groups import (
+    AccumulationFlags,
+    BatchLimitFlags,
+    CompatFlags,
+    HardwareFlags,
+    OutputObjectFlags,
+    OutputSwitchFlags,
+    ProcessFlags,
+    RunLengthFlags,
+    RunSettingFlags,
+    StepFlags,
+    ValidationScheduleFlags,
+)
 from fulmen.utilities import cloud_io
 from fulmen.utilities.clipping import check_clip_algorithm, check_clip_val
 from fulmen.utilities.exceptions import InvalidTypeError, InvalidValueError, MisconfigurationException
 from fulmen.utilities.parsing import parse_time
 from fulmen.utilities.rank_zero import rank_zero_info, rank_zero_warn
-
-if TYPE_CHECKING:  # the types of the groups' values sit beside TrainerConfig, whose fields they are
-    from fulmen.trainer.flags import (
-        AccumulationFlags,
-        BatchLimitFlags,
-        CompatFlags,
-        HardwareFlags,
-        OutputObjectFlags,
-        OutputSwitchFlags,
-        ProcessFlags,
-        RunLengthFlags,
-        RunSettingFlags,
-        StepFlags,
-        ValidationScheduleFlags,
-    )
 
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 DEFAULT_MAX_EPOCHS = 1000
@@ -99,7 +97,7 @@ def parse_accumulation(a: dict[str, Any]) -> AccumulationFlags:
     hint = ", or a dict {epoch: factor} for a schedule (see the GradientAccumulationScheduler callback)"
     # 0 is taken, as by Lightning: validate / test / predict run, and fit refuses it at its first training batch
     check_int("accumulate_grad_batches", accumulate, minimum=0, hint=hint)
-    return {"accumulate_grad_batches": accumulate, "accumulation_schedule": schedule}
+    return AccumulationFlags(accumulate_grad_batches=accumulate, accumulation_schedule=schedule)
 
 
 def parse_fast_dev_run(a: dict[str, Any]) -> int:
@@ -131,10 +129,10 @@ def parse_run_length(a: dict[str, Any], fast: int) -> RunLengthFlags:
             max_epochs = -1
     if fast:
         max_steps, max_epochs = fast, 1
-    return {
-        "fast_dev_run": a["fast_dev_run"] if fast else False, "max_epochs": max_epochs,
-        "min_epochs": min_epochs, "max_steps": max_steps, "min_steps": min_steps, "max_time": parsed_time,
-    }  # fmt: skip
+    return RunLengthFlags(
+        fast_dev_run=a["fast_dev_run"] if fast else False, max_epochs=max_epochs, min_epochs=min_epochs,
+        max_steps=max_steps, min_steps=min_steps, max_time=parsed_time,
+    )  # fmt: skip
 
 
 def _val_check_interval(given: Any, every: int | None) -> int | float | datetime.timedelta:
@@ -186,7 +184,9 @@ def parse_validation_schedule(a: dict[str, Any], fast: int) -> ValidationSchedul
         sanity = sanity_flag
     if fast:
         interval, every, sanity = 1.0, 1, 0
-    return {"val_check_interval": interval, "check_val_every_n_epoch": every, "num_sanity_val_steps": sanity}
+    return ValidationScheduleFlags(
+        val_check_interval=interval, check_val_every_n_epoch=every, num_sanity_val_steps=sanity,
+    )
 
 
 def parse_step_flags(a: dict[str, Any], fast: int) -> StepFlags:
@@ -202,10 +202,10 @@ def parse_step_flags(a: dict[str, Any], fast: int) -> StepFlags:
         clip_algorithm = check_clip_algorithm(clip_algorithm)
     reload_every = a["reload_dataloaders_every_n_epochs"]
     check_int("reload_dataloaders_every_n_epochs", reload_every)
-    return {
-        "log_every_n_steps": 1 if fast else log_every, "gradient_clip_val": clip_val,
-        "gradient_clip_algorithm": clip_algorithm, "reload_dataloaders_every_n_epochs": reload_every,
-    }  # fmt: skip
+    return StepFlags(
+        log_every_n_steps=1 if fast else log_every, gradient_clip_val=clip_val,
+        gradient_clip_algorithm=clip_algorithm, reload_dataloaders_every_n_epochs=reload_every,
+    )  # fmt: skip
 
 
 def parse_batch_limits(a: dict[str, Any], fast: int) -> BatchLimitFlags:
@@ -232,11 +232,11 @@ def parse_batch_limits(a: dict[str, Any], fast: int) -> BatchLimitFlags:
             f"Running in `fast_dev_run` mode: will run the requested loop using {fast} batch(es). Logging and "
             "checkpointing is suppressed."
         )
-    return {
-        "limit_train_batches": limits["limit_train_batches"],
-        "limit_val_batches": limits["limit_val_batches"], "limit_test_batches": limits["limit_test_batches"],
-        "limit_predict_batches": limits["limit_predict_batches"], "overfit_batches": overfit,
-    }  # fmt: skip
+    return BatchLimitFlags(
+        limit_train_batches=limits["limit_train_batches"], limit_val_batches=limits["limit_val_batches"],
+        limit_test_batches=limits["limit_test_batches"],
+        limit_predict_batches=limits["limit_predict_batches"], overfit_batches=overfit,
+    )  # fmt: skip
 
 
 # -- what a run writes and shows -----------------------------------------------------------------------------
@@ -248,12 +248,11 @@ def parse_output_switches(a: dict[str, Any]) -> OutputSwitchFlags:
     if a["barebones"]:
         _check_barebones(a)
         logger, checkpointing, progress_bar, summary = False, False, False, False
-    return {
-        "logger": logger, "enable_checkpointing": checkpointing is not False,
-        "enable_progress_bar": progress_bar is not False, "enable_model_summary": summary is not False,
-        "enable_autolog_hparams": a["enable_autolog_hparams"],
-        "barebones": a["barebones"],  # a bool in any config made: parse_run_settings checks the switches
-    }  # fmt: skip
+    return OutputSwitchFlags(
+        logger=logger, enable_checkpointing=checkpointing is not False,
+        enable_progress_bar=progress_bar is not False, enable_model_summary=summary is not False,
+        enable_autolog_hparams=a["enable_autolog_hparams"], barebones=a["barebones"],
+    )  # fmt: skip
 
 
 def _check_barebones(a: dict[str, Any]) -> None:
@@ -283,7 +282,7 @@ def parse_default_root_dir(a: dict[str, Any]) -> str | None:
 
 def parse_output_objects(a: dict[str, Any]) -> OutputObjectFlags:
     """The callbacks as given, and the profiler."""
-    return {"callbacks": _callback_list(a["callbacks"]), "profiler": _profiler(a["profiler"])}
+    return OutputObjectFlags(callbacks=_callback_list(a["callbacks"]), profiler=_profiler(a["profiler"]))
 
 
 def _callback_list(callbacks: Any) -> list[Any]:
@@ -350,11 +349,11 @@ def parse_run_settings(a: dict[str, Any]) -> RunSettingFlags:
             f"compile={a['compile']!r} must be True, False or a dict of torch.compile options, e.g. "
             "compile={'mode': 'reduce-overhead'} or compile={'backend': 'inductor', 'dynamic': False}."
         )
-    return {
-        "deterministic": deterministic, "benchmark": a["benchmark"], "inference_mode": a["inference_mode"],
-        "detect_anomaly": a["detect_anomaly"], "use_distributed_sampler": a["use_distributed_sampler"],
-        "matmul_precision": matmul, "compile": a["compile"],
-    }  # fmt: skip
+    return RunSettingFlags(
+        deterministic=deterministic, benchmark=a["benchmark"], inference_mode=a["inference_mode"],
+        detect_anomaly=a["detect_anomaly"], use_distributed_sampler=a["use_distributed_sampler"],
+        matmul_precision=matmul, compile=a["compile"],
+    )  # fmt: skip
 
 
 # -- 1.x and compatibility -----------------------------------------------------------------------------------
@@ -376,18 +375,17 @@ def parse_compat(a: dict[str, Any]) -> CompatFlags:
             f"Trainer(model_registry={a['model_registry']!r}): fulmen uploads nothing to a model registry; the "
             "argument is ignored (checkpoints are written locally)."
         )
-    return {
-        "auto_scale_batch_size": "power" if scale is True else scale or None,
-        "auto_lr_find": a["auto_lr_find"], "stochastic_weight_avg": a["stochastic_weight_avg"],
-        "model_registry": a["model_registry"],
-    }  # fmt: skip
+    return CompatFlags(
+        auto_scale_batch_size="power" if scale is True else scale or None, auto_lr_find=a["auto_lr_find"],
+        stochastic_weight_avg=a["stochastic_weight_avg"], model_registry=a["model_registry"],
+    )  # fmt: skip
 
 
 # -- hardware ------------------------------------------------------------------------------------------------
 def parse_processes(a: dict[str, Any]) -> ProcessFlags:
     """How the run spreads over processes (the strategy itself is chosen by ``select_strategy``)."""
     check_int("num_nodes", a["num_nodes"], minimum=1)
-    return {"strategy": a["strategy"], "num_nodes": a["num_nodes"]}
+    return ProcessFlags(strategy=a["strategy"], num_nodes=a["num_nodes"])
 
 
 def parse_hardware(a: dict[str, Any]) -> HardwareFlags:
@@ -397,11 +395,11 @@ def parse_hardware(a: dict[str, Any]) -> HardwareFlags:
     )
     precision = normalize_precision(a["precision"]) if precision_plugin is None else precision_plugin.name
     accelerator = select_accelerator(a["accelerator"])
-    return {
-        "accelerator": accelerator, "precision": precision, "precision_plugin": precision_plugin,
-        "checkpoint_io": checkpoint_io, "cluster_environment": cluster_environment,
-        "sync_batchnorm": _is_sync_batchnorm(layer_sync), "layer_sync": layer_sync,
-    }  # fmt: skip
+    return HardwareFlags(
+        accelerator=accelerator, precision=precision, precision_plugin=precision_plugin,
+        checkpoint_io=checkpoint_io, cluster_environment=cluster_environment,
+        sync_batchnorm=_is_sync_batchnorm(layer_sync), layer_sync=layer_sync,
+    )  # fmt: skip
 
 
 def parse_devices(a: dict[str, Any], accelerator: Accelerator) -> list[torch.device]:
