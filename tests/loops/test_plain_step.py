@@ -16,31 +16,12 @@ import fulmen
 from fulmen.loops.optimization.automatic import AutomaticOptimization
 from fulmen.strategies.strategy import Strategy
 
-BATCHES = 8
-
-
-class _Batches:
-    """Prepared batches (an iterable: a list would be a collection of loaders to the Trainer)."""
-
-    def __init__(self) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.batches = [(torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g))
-                        for _ in range(BATCHES)]  # fmt: skip
-
-    def __len__(self) -> int:
-        return BATCHES
-
-    def __iter__(self) -> Any:
-        return iter(self.batches)
+# the batches, the network and what training_step returns are the reference-step test's (one set for both)
+from tests.loops.test_reference_step import BATCHES, _Batches, _net, _output
 
 
 def _batches() -> _Batches:
     return _Batches()
-
-
-def _net() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
 
 
 OPTIMIZERS = {
@@ -50,14 +31,6 @@ OPTIMIZERS = {
 # what training_step returns: a loss tensor (straight through), a dict (the general path from the output on),
 # None on every third batch (that batch skipped)
 RETURNS = ["tensor", "dict", "none every third"]
-
-
-def _output(loss: torch.Tensor, returns: str, batch_idx: int) -> Any:
-    if returns == "dict":
-        return {"loss": loss, "extra": loss.detach()}
-    if returns == "none every third" and batch_idx % 3 == 2:
-        return None
-    return loss
 
 
 class _Module(fulmen.LightningModule):

@@ -66,21 +66,7 @@ if _JSONARGPARSE_AVAILABLE:
 
 # What the single module imported at its top level, still reachable as fulmen.cli.<name> for code that used it
 # so (fulmen.cli.get_filesystem, fulmen.cli.Trainer, ...); the modules of the package use their own imports.
-import contextlib as contextlib
-import contextvars as contextvars
-import enum as enum
-import importlib as importlib
-import inspect as inspect
-import json as json
-import os as os
-import sys as sys
-from collections.abc import Callable as Callable
-from collections.abc import Iterable as Iterable
-from types import MethodType as MethodType
-from typing import Any as Any
-from typing import Union as Union
 
-import torch as torch
 from torch.optim import Optimizer as Optimizer
 from torch.optim.lr_scheduler import LRScheduler as LRScheduler
 

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 # the `X as X` imports of contextlib, copy, numbers, Mapping, BytesIO, Literal and nn only keep these names
 # importable from here, as before the export and logging code moved to core/export.py and core/metric_logging.py
-import contextlib as contextlib
-import copy as copy
-import numbers as numbers
 import weakref
 from collections.abc import Generator
-from collections.abc import Mapping as Mapping
 from contextlib import contextmanager
-from io import BytesIO as BytesIO
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from typing import Literal as Literal
 
 import torch
 from torch import Tensor

@@ -36,7 +36,6 @@ A run resumed from a checkpoint first finishes the epoch it was written in (see 
 from __future__ import annotations
 
 import dataclasses
-import datetime as datetime
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast

@@ -19,7 +19,6 @@ importable from here).
 
 from __future__ import annotations
 
-from collections.abc import Iterator as Iterator
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DistributedSampler as DistributedSampler

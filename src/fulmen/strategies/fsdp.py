@@ -12,13 +12,7 @@ from __future__ import annotations
 # The names imported as themselves (``X as X``) are what this module held before ShardedStrategy and its
 # checkpoints moved out: libraries and tests import them from here, and patch the checkpoint steps here
 # (_CHECKPOINT_GROUP is its value at import, None: checkpoint_shards holds the live one)
-import contextlib as contextlib
-import os as os
 import sys
-import weakref as weakref
-from collections.abc import Callable as Callable
-from collections.abc import Iterator as Iterator
-from collections.abc import Mapping as Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 

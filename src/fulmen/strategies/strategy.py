@@ -487,8 +487,6 @@ __getattr__ = _lazy_aliases(__name__, {
     "CheckpointIO": "fulmen.plugins.io.checkpoint_plugin.CheckpointIO",
     "TorchCheckpointIO": "fulmen.plugins.io.torch_plugin.TorchCheckpointIO",
     "TrainerFn": "fulmen.runtime.state.TrainerFn",
-    "Mapping": "fulmen.strategies.checkpointing.Mapping",
-    "NamedTuple": "fulmen.strategies.step_plan.NamedTuple",
     "distributed_checkpoint": "fulmen.strategies.checkpointing.distributed_checkpoint",
     "link_through": "fulmen.strategies.checkpointing.link_through",
     "raise_failed_save_of": "fulmen.strategies.checkpointing.raise_failed_save_of",

@@ -16,17 +16,6 @@ from __future__ import annotations
 
 # Every name the single module `fulmen.plugins.environments` had (its helpers and imports included) stays
 # readable and patchable here, now that the module is a package.
-import logging as logging
-import os as os
-import re as re
-import signal as signal
-import socket as socket
-from abc import ABC as ABC
-from abc import abstractmethod as abstractmethod
-from functools import cached_property as cached_property
-from typing import TYPE_CHECKING as TYPE_CHECKING
-from typing import Any as Any
-
 from fulmen.plugins._interop import implements_foreign_base as implements_foreign_base
 from fulmen.plugins._unavailable import XLA_INSTEAD as XLA_INSTEAD
 from fulmen.plugins._unavailable import refuse as refuse
